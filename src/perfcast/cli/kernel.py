@@ -1,0 +1,95 @@
+"""``perfcast kernel``: price a catalog kernel at a design point, optionally over a sweep."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+from rich.console import Console
+
+from perfcast.cli.args import assignment, sweep
+from perfcast.cli.devices import resolve_device
+from perfcast.ir import UserError, render
+from perfcast.kernels import get_kernel
+from perfcast.perf import AnalyticPerformanceModel
+from perfcast.report import kernel as report
+from perfcast.rollup import rollup
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("kernel", help="price a DSL kernel from the catalog (see `perfcast kernels`)",
+                       description="Price a catalog kernel: closed-form FLOPs, bytes and time, "
+                                   "numbers at a design point, and a table over a sweep.")
+    p.add_argument("name", help="kernel name, e.g. flash-attention")
+    p.add_argument("--device", default="h100-sxm", help="device name (default: h100-sxm)")
+    p.add_argument("--device-file", metavar="PATH", help="a device YAML file (overrides --device)")
+    p.add_argument("--set", action="append", default=[], metavar="SYM=VALUE",
+                   help="set a design symbol (or a --symbolic-hw parameter); repeatable")
+    p.add_argument("--sweep", action="append", default=[], metavar="SYM=v1,v2,...",
+                   help="evaluate over these values (several --sweep: their product)")
+    p.add_argument("--symbolic-hw", action="append", default=[], metavar="PARAM",
+                   help="keep a hardware parameter symbolic (e.g. hbm_bandwidth_bytes_per_s); "
+                        "its value then comes from --set/--sweep or the device")
+    p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    spec = get_kernel(args.name)
+    device = resolve_device(args.device, args.device_file)
+    try:
+        model = AnalyticPerformanceModel(device, symbolic=args.symbolic_hw)
+    except ValueError as e:
+        raise UserError(f"--symbolic-hw: {e}") from None
+    r = rollup(spec.graph, model)
+
+    point: dict[str, int | float] = dict(spec.defaults)
+    for name in args.symbolic_hw:
+        point[name] = _hw_default(device, name, r)
+    for text in args.set:
+        sym, value = assignment(text, "--set")
+        point[sym] = value
+    axes = [sweep(text, "--sweep") for text in args.sweep]
+    known = {s.name for s in r.free_symbols}
+    for sym in [*point, *(a for a, _ in axes)]:
+        if sym not in known:
+            raise UserError(f"unknown symbol {sym!r} for kernel {spec.name}; "
+                            f"its symbols are {', '.join(sorted(known))}")
+
+    ev = r.evaluate(point)
+    evals = [r.evaluate({**point, **dict(zip([a for a, _ in axes], combo))})
+             for combo in itertools.product(*(v for _, v in axes))] if axes else []
+    notes = _notes(model, r)
+    if args.json:
+        json.dump(report.to_json(spec.name, device, r, ev, evals, notes), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(width=max(120, Console().width))
+    if args.tree:
+        console.print(render(spec.graph), markup=False, highlight=False)
+    report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes)
+    return 0
+
+
+def _hw_default(device, name: str, r) -> float:
+    """The device's value of a hardware parameter kept symbolic."""
+    if name == "matrix_flops_per_s":
+        dtypes = {lt.leaf.dtype for lt in r.leaves if "flops.matrix" in lt.leaf.cost}
+        return float(device.matrix_flops_per_s(sorted(dtypes)[0] if dtypes else "bf16"))
+    if name == "vector_flops_per_s":
+        return float(device.vector_flops_per_s("fp32"))
+    return float(getattr(device, name))
+
+
+def _notes(model, r) -> list[str]:
+    notes = [f"{u} efficiency: no calibration curve for {model.device.name}; priced at datasheet peak"
+             for u in model.uncalibrated()
+             if any(("flops." + u if u != "memory" else "bytes.hbm") in lt.leaf.cost for lt in r.leaves)]
+    for lt in r.leaves:
+        for n in lt.result.notes:
+            if f"{lt.name}: {n}" not in notes:
+                notes.append(f"{lt.name}: {n}")
+    notes.append("fast roll-up: leaves are summed without overlap (no load/compute pipelining)")
+    return notes

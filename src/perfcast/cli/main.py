@@ -1,0 +1,38 @@
+"""The ``perfcast`` command. Subcommands import what they need only when they run, so a command
+that needs no model capture never imports torch."""
+
+from __future__ import annotations
+
+import sys
+
+from perfcast.cli.args import Parser
+from perfcast.ir import UserError
+
+COMMANDS = ("devices", "kernels", "kernel")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="perfcast", description="Predict how fast ML models run, and how much "
+                                                  "memory they need, on hardware you do not own.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    from perfcast.cli import devices, kernel, kernels
+
+    for module in (devices, kernels, kernel):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except UserError as e:
+        sys.stderr.write(f"perfcast {args.command}: error: {e}\n")
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Devices at run time: the validated spec with exact (Rational) accessors for pricing."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import sympy
+
+from perfcast.hardware.spec import Curve, DeviceSpec, SpecError, load_spec
+
+
+def exact(value: float) -> sympy.Rational:
+    """A YAML number as an exact rational (``3.35e12`` → ``3350000000000``)."""
+    return sympy.Rational(repr(float(value)))
+
+
+@dataclass(frozen=True)
+class Device:
+    spec: DeviceSpec
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def matrix_flops_per_s(self, dtype: str) -> sympy.Rational:
+        """Peak matrix-unit rate for ``dtype``; a dtype the part lacks is an error, never a
+        silent substitute."""
+        rates = self.spec.datasheet.matrix_flops_per_s
+        if dtype not in rates:
+            raise SpecError(f"{self.path}: device {self.name} has no matrix rate for {dtype} "
+                            f"(has: {', '.join(rates)})")
+        return exact(rates[dtype])
+
+    def vector_flops_per_s(self, dtype: str) -> sympy.Rational:
+        """Peak vector rate for ``dtype``; falls back to the fp32 rate (vector units compute
+        16-bit types at least at the fp32 rate), and says so through :meth:`vector_dtype`."""
+        return exact(self.spec.datasheet.vector_flops_per_s[self.vector_dtype(dtype)])
+
+    def vector_dtype(self, dtype: str) -> str:
+        rates = self.spec.datasheet.vector_flops_per_s
+        return dtype if dtype in rates else "fp32" if "fp32" in rates else next(iter(rates))
+
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> sympy.Rational:
+        return exact(self.spec.datasheet.hbm_bandwidth_bytes_per_s)
+
+    @property
+    def hbm_capacity_bytes(self) -> sympy.Rational:
+        return exact(self.spec.datasheet.hbm_capacity_bytes)
+
+    @property
+    def onchip_bandwidth_bytes_per_s(self) -> sympy.Rational:
+        return exact(self.spec.datasheet.onchip_bandwidth_bytes_per_s)
+
+    @property
+    def kernel_static_latency_s(self) -> sympy.Rational:
+        return exact(self.spec.calibration.kernel_static_latency_s)
+
+    def efficiency(self, unit: str) -> Curve | None:
+        """The efficiency curve of ``unit`` (matrix, vector, memory), or None if uncalibrated."""
+        return getattr(self.spec.calibration.efficiency, unit)
+
+
+def _shipped() -> dict[str, Path]:
+    folder = resources.files("perfcast.hardware") / "devices"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
+
+
+def device_names() -> list[str]:
+    return sorted(_shipped())
+
+
+@lru_cache(maxsize=None)
+def load_device_file(path: str | Path) -> Device:
+    path = Path(path)
+    return Device(load_spec(path), path)
+
+
+def get_device(name: str) -> Device:
+    """A shipped device by name; an unknown name is an error that suggests the closest."""
+    shipped = _shipped()
+    if name not in shipped:
+        close = difflib.get_close_matches(name, shipped, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(shipped))}"
+        raise SpecError(f"unknown device {name!r}{hint}")
+    device = load_device_file(shipped[name])
+    if device.name != name:
+        raise SpecError(f"{device.path}: key 'name' is {device.name!r}, expected {name!r} (the file name)")
+    return device

@@ -1,0 +1,170 @@
+"""Device specifications as data: a strict schema for the YAML files in ``devices/``.
+
+Datasheet values and calibration (efficiency tables, per-kernel static latency) are kept
+apart: ``datasheet`` holds the vendor's numbers, each with an entry in ``sources``;
+``calibration`` holds figures derived from per-op measurements (or labelled assumptions), with
+sources of their own. The loader rejects a missing, unknown, mistyped or non-positive key with
+one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from perfcast.ir.dtypes import DTYPES
+from perfcast.ir.errors import UserError
+
+DType = Literal[DTYPES]  # type: ignore[valid-type]
+Positive = Annotated[float, Field(strict=True, gt=0)]
+Efficiency = Annotated[float, Field(strict=True, gt=0, le=1)]
+Text = Annotated[str, Field(strict=True, min_length=1)]
+
+
+class SpecError(UserError):
+    """A device (or other spec) file is invalid; the message is one line naming file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Link(_Strict):
+    bandwidth_bytes_per_s: Positive  # per link, per direction
+    count: Annotated[int, Field(strict=True, gt=0)]
+    latency_s: Positive
+
+
+class Datasheet(_Strict):
+    matrix_flops_per_s: dict[DType, Positive] = Field(min_length=1)
+    vector_flops_per_s: dict[DType, Positive] = Field(min_length=1)
+    hbm_capacity_bytes: Positive
+    hbm_bandwidth_bytes_per_s: Positive
+    onchip_capacity_bytes: Positive
+    onchip_bandwidth_bytes_per_s: Positive
+    links: dict[str, Link] = Field(default_factory=dict)
+
+
+class Curve(_Strict):
+    """Efficiency (achieved / peak) as a function of a leaf's size, piecewise linear between
+    points, flat beyond the first and last."""
+
+    size: Literal["flops", "bytes"]
+    points: list[tuple[Positive, Efficiency]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ascending(self):
+        xs = [x for x, _ in self.points]
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            raise ValueError("points must be sorted by strictly increasing size")
+        return self
+
+
+class EfficiencyTables(_Strict):
+    matrix: Curve | None = None
+    vector: Curve | None = None
+    memory: Curve | None = None
+
+
+class Calibration(_Strict):
+    kernel_static_latency_s: Positive
+    efficiency: EfficiencyTables
+    sources: dict[str, Text]
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        needed = {"kernel_static_latency_s"} | {
+            f"efficiency.{k}" for k, v in self.efficiency if v is not None}
+        _check_sources("calibration.sources", needed, self.sources)
+        return self
+
+
+class DeviceSpec(_Strict):
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")]
+    description: Text
+    vendor: Text
+    datasheet: Datasheet
+    sources: dict[str, Text]
+    calibration: Calibration
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        _check_sources("sources", set(_leaf_paths(self.datasheet.model_dump())), self.sources)
+        return self
+
+
+def _leaf_paths(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _leaf_paths(value, path + ".")
+        else:
+            yield path
+
+
+def _check_sources(where: str, needed: set[str], sources: dict[str, str]) -> None:
+    missing = sorted(needed - set(sources))
+    if missing:
+        raise ValueError(f"{where}: no source for {missing[0]}")
+    unknown = sorted(set(sources) - needed)
+    if unknown:
+        raise ValueError(f"{where}: source given for unknown value {unknown[0]}")
+
+
+# YAML 1.1 (PyYAML) reads ``3.35e12`` as a string; accept the YAML 1.2 float forms too.
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(path: Path) -> object:
+    """Parse a YAML file; errors become one-line :class:`SpecError`."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+
+
+def _first_error(path: Path, err: ValidationError) -> SpecError:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    kind = e["type"]
+    if kind == "missing":
+        what = "missing key"
+    elif kind == "extra_forbidden":
+        what = "unknown key"
+    elif kind == "value_error":
+        return SpecError(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+    else:
+        what = f"{e['msg'].lower()} (got {e.get('input')!r})"
+    return SpecError(f"{path}: key '{loc}': {what}")
+
+
+def parse_spec(model: type[BaseModel], path: Path, data: object) -> BaseModel:
+    """Validate ``data`` (read from ``path``) against ``model``; one-line errors."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise _first_error(path, err) from None
+
+
+def load_spec(path: Path) -> DeviceSpec:
+    return parse_spec(DeviceSpec, path, read_yaml(path))

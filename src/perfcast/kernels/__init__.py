@@ -1,0 +1,6 @@
+"""The kernel catalog (DSL kernels with default design points)."""
+
+from perfcast.kernels import flash_attention as _flash_attention  # noqa: F401  (registers)
+from perfcast.kernels.registry import KernelSpec, catalog, get_kernel, kernel
+
+__all__ = ["KernelSpec", "catalog", "get_kernel", "kernel"]

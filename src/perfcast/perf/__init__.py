@@ -1,0 +1,6 @@
+"""Pricing: performance models that turn a leaf's work into time."""
+
+from perfcast.perf.analytic import AnalyticPerformanceModel
+from perfcast.perf.model import BOUNDS, PerformanceModel, Provenance, Result, bound_of
+
+__all__ = ["AnalyticPerformanceModel", "BOUNDS", "PerformanceModel", "Provenance", "Result", "bound_of"]

@@ -1,0 +1,95 @@
+"""Analytic (roofline) pricing of leaves.
+
+Roofline (Williams, Waterman, Patterson, "Roofline", CACM 52(4), 2009): a kernel takes at least
+its work divided by each resource's rate, and the slowest resource bounds it. Per leaf:
+
+    compute = flops.matrix / (R_matrix[dtype] · e_matrix(flops.matrix))
+            + flops.vector / (R_vector · e_vector(flops.vector))
+    memory  = bytes.hbm / (BW_hbm · e_memory(bytes.hbm)),   onchip = bytes.onchip / BW_onchip
+    time    = max(compute, memory, onchip)
+
+Rates are the device's datasheet peaks; the efficiencies ``e`` are its calibration curves
+(achieved/peak as a function of size). The size is the whole kernel's work — the leaf's own for
+a leaf that is a kernel by itself, the enclosing kernel's rolled-up total for a tile inside a
+traced kernel — because the curves are measured on whole kernels: a 1 MiB tile load inside a
+2 GiB flash-attention kernel streams at the 2 GiB kernel's efficiency, not a 1 MiB kernel's.
+Matrix and vector work on one leaf are added: both issue from the same cores. The per-kernel static latency is charged once per kernel launch
+(:meth:`launch_overhead`), not per tile. Any hardware parameter can be kept symbolic so that the
+time is a closed form in it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import sympy
+
+from perfcast.hardware.device import Device
+from perfcast.ir import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost, Leaf, hw
+from perfcast.ir.cost import LINK_PREFIX
+from perfcast.ir.symbols import HARDWARE
+from perfcast.perf.efficiency import Efficiency
+from perfcast.perf.model import PerformanceModel, Provenance, Result
+
+
+class AnalyticPerformanceModel(PerformanceModel):
+    name = "analytic"
+
+    def __init__(self, device: Device, symbolic: Iterable[str] = ()):
+        self.device = device
+        self.symbolic = frozenset(symbolic)
+        self.efficiencies = {u: Efficiency(u, device.efficiency(u)) for u in ("matrix", "vector", "memory")}
+        unknown = self.symbolic - set(HARDWARE)
+        if unknown:
+            raise ValueError(f"unknown hardware parameter {sorted(unknown)[0]!r}; "
+                             f"known: {', '.join(HARDWARE)}")
+
+    def _param(self, name: str, value: sympy.Expr) -> sympy.Expr:
+        return hw(name) if name in self.symbolic else value
+
+    def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
+        c, d, notes = op.cost, self.device, []
+        size = kernel if kernel is not None else c
+        links = [r for r in c if r.startswith(LINK_PREFIX)]
+        if links:
+            raise ValueError(f"leaf {op.name}: {links[0]} needs a topology to be priced "
+                             f"(this model prices one device)")
+        terms: dict[str, sympy.Expr] = {}
+        compute = sympy.Integer(0)
+        if FLOPS_MATRIX in c:
+            rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(op.dtype))
+            compute += c[FLOPS_MATRIX] / (rate * self.efficiencies["matrix"](size.get(FLOPS_MATRIX)))
+        if FLOPS_VECTOR in c:
+            vdtype = d.vector_dtype(op.dtype)
+            if vdtype != op.dtype:
+                notes.append(f"vector rate for {op.dtype} taken from {vdtype}")
+            rate = self._param("vector_flops_per_s", d.vector_flops_per_s(op.dtype))
+            compute += c[FLOPS_VECTOR] / (rate * self.efficiencies["vector"](size.get(FLOPS_VECTOR)))
+        if compute != 0:
+            terms["compute"] = compute
+        if BYTES_HBM in c:
+            bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s)
+            terms["memory.hbm"] = c[BYTES_HBM] / (bw * self.efficiencies["memory"](size.get(BYTES_HBM)))
+        if BYTES_ONCHIP in c:
+            bw = self._param("onchip_bandwidth_bytes_per_s", d.onchip_bandwidth_bytes_per_s)
+            terms["memory.onchip"] = c[BYTES_ONCHIP] / bw
+        time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
+        return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
+
+    def launch_overhead(self) -> Result:
+        t = self._param("kernel_static_latency_s", self.device.kernel_static_latency_s)
+        return Result(t, Provenance.ANALYTIC, {"latency.launch": t})
+
+    def uncalibrated(self) -> list[str]:
+        """Units priced at datasheet peak because the device has no efficiency curve for them."""
+        return [u for u, e in self.efficiencies.items() if e.curve is None]
+
+    def realize(self, expr: sympy.Expr) -> sympy.Expr:
+        """``expr`` with every efficiency applied at a numeric size replaced by its value."""
+        for e in self.efficiencies.values():
+            expr = e.realize(expr)
+        return expr
+
+    def numpy_functions(self) -> dict[str, object]:
+        """``lambdify`` modules entry for the efficiency functions."""
+        return {e.func.__name__: e.numpy() for e in self.efficiencies.values() if e.curve is not None}

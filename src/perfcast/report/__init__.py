@@ -1,0 +1,1 @@
+"""Reports: views of a roll-up for people (terminal) and programs (JSON)."""
