@@ -11,7 +11,19 @@ from perfcast.ir.cost import (
 )
 from perfcast.ir.dtypes import DTYPES, itemsize
 from perfcast.ir.errors import UserError
-from perfcast.ir.op import Graph, Leaf, Loop, Op, Visit, cost, fold, leaves, trip_counts, walk
+from perfcast.ir.op import (
+    Graph,
+    Leaf,
+    Loop,
+    Op,
+    Visit,
+    cost,
+    fold,
+    leaves,
+    rolled_leaves,
+    trip_counts,
+    walk,
+)
 from perfcast.ir.render import render
 from perfcast.ir.rrt import RRT
 from perfcast.ir.rules import make_leaf, register, work
@@ -21,6 +33,7 @@ from perfcast.ir.tensor import Tensor
 __all__ = [
     "BYTES_HBM", "BYTES_ONCHIP", "FLOPS_MATRIX", "FLOPS_VECTOR", "RESOURCES", "Cost", "link",
     "DTYPES", "itemsize", "UserError",
-    "Graph", "Leaf", "Loop", "Op", "Visit", "cost", "fold", "leaves", "trip_counts", "walk",
+    "Graph", "Leaf", "Loop", "Op", "Visit", "cost", "fold", "leaves", "rolled_leaves", "trip_counts",
+    "walk",
     "render", "RRT", "make_leaf", "register", "work", "dim", "dims", "hw", "Tensor",
 ]

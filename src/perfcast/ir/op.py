@@ -152,6 +152,16 @@ def cost(op: Op) -> Cost:
     return fold(op, lambda leaf: leaf.cost)
 
 
+def rolled_leaves(op: Op) -> dict[str, Cost]:
+    """Leaf name → its rolled-up cost (its cost times its enclosing trip counts); a name met
+    twice is keyed by its full path instead."""
+    out: dict[str, Cost] = {}
+    for v in walk(op):
+        if isinstance(v.op, Leaf):
+            out["/".join(v.path) if v.op.name in out else v.op.name] = v.op.cost * v.trips
+    return out
+
+
 def leaves(op: Op) -> list[Leaf]:
     return [v.op for v in walk(op) if isinstance(v.op, Leaf)]
 

@@ -1,0 +1,23 @@
+import subprocess
+import sys
+
+import pytest
+from hypothesis import settings
+
+# Sympy's first call of a kind can be slow (caches); deadlines would make tests flaky.
+settings.register_profile("perfcast", deadline=None)
+settings.load_profile("perfcast")
+
+
+@pytest.fixture
+def cli():
+    """Run ``perfcast ARGS`` in a fresh interpreter; returns the CompletedProcess."""
+
+    def run(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "perfcast.cli.main", *args],
+                              capture_output=True, text=True, timeout=300)
+        if check and proc.returncode != 0:
+            raise AssertionError(proc.stderr)
+        return proc
+
+    return run

@@ -1,0 +1,57 @@
+"""The folder tree is the architecture: lower layers never import upper ones, and nothing
+outside model capture imports torch."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import perfcast
+
+ROOT = Path(perfcast.__file__).parent
+# A package may import only packages of a strictly lower rank (and itself).
+RANK = {"ir": 0, "dsl": 1, "hardware": 1, "perf": 2, "kernels": 2, "rollup": 3, "report": 4, "cli": 5}
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def test_every_package_has_a_rank():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(RANK)
+
+
+def test_lower_layers_never_import_upper_ones():
+    violations = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).parts
+        if len(rel) < 2:
+            continue
+        own = rel[0]
+        for mod in _imports(path):
+            parts = mod.split(".")
+            if parts[0] != "perfcast" or len(parts) < 2 or parts[1] == own:
+                continue
+            if RANK[parts[1]] >= RANK[own]:
+                violations.append(f"{path.relative_to(ROOT)} imports {mod}")
+    assert not violations, "\n".join(violations)
+
+
+def test_core_modules_and_kernel_cli_never_import_torch():
+    code = (
+        "import sys, perfcast.ir, perfcast.dsl, perfcast.hardware, perfcast.perf, "
+        "perfcast.rollup, perfcast.kernels, perfcast.report.kernel\n"
+        "from perfcast.cli.main import main\n"
+        "rc = main(['kernel', 'flash-attention', '--json'])\n"
+        "assert rc == 0\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
