@@ -86,3 +86,10 @@ def test_bad_device_file_is_one_line(cli, tmp_path):
     proc = cli("kernel", "flash-attention", "--device-file", str(p))
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("perfcast kernel: error: " + str(p))
+
+
+def test_padded_tiling_flag_accepts_non_dividing_sizes(cli):
+    doc = json.loads(cli("kernel", "flash-attention", "--padded", "--set", "T_q=4000", "--json",
+                         check=True).stdout)
+    assert doc["totals"]["flops.matrix"] == 274_877_906_944  # 4000 pads to 32 tiles of 128
+    assert doc["leaves"]["accumulate"]["limiter"] == "memory.onchip"

@@ -55,3 +55,10 @@ def test_core_modules_and_kernel_cli_never_import_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_modules_stay_small_enough_to_read_in_one_sitting():
+    # Style habit (STYLE.md §9, tinygrad's line budget): a module over 400 lines wants splitting.
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400]
+    assert not long, long

@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     p.add_argument("--symbolic-hw", action="append", default=[], metavar="PARAM",
                    help="keep a hardware parameter symbolic (e.g. hbm_bandwidth_bytes_per_s); "
                         "its value then comes from --set/--sweep or the device")
+    p.add_argument("--padded", action="store_true",
+                   help="trace with padded (ceil) tiling: tile counts round up instead of "
+                        "requiring the tile size to divide the extent")
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
@@ -43,7 +46,8 @@ def run(args) -> int:
         model = AnalyticPerformanceModel(device, symbolic=args.symbolic_hw)
     except ValueError as e:
         raise UserError(f"--symbolic-hw: {e}") from None
-    r = rollup(spec.graph, model)
+    graph = spec.padded_graph if args.padded else spec.graph
+    r = rollup(graph, model)
 
     point: dict[str, int | float] = dict(spec.defaults)
     for name in args.symbolic_hw:
@@ -68,7 +72,7 @@ def run(args) -> int:
         return 0
     console = Console(width=max(120, Console().width))
     if args.tree:
-        console.print(render(spec.graph), markup=False, highlight=False)
+        console.print(render(graph), markup=False, highlight=False)
     report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes)
     return 0
 

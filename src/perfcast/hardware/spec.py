@@ -79,7 +79,7 @@ class Calibration(_Strict):
     def _sourced(self):
         needed = {"kernel_static_latency_s"} | {
             f"efficiency.{k}" for k, v in self.efficiency if v is not None}
-        _check_sources("calibration.sources", needed, self.sources)
+        _check_sources(needed, self.sources)
         return self
 
 
@@ -93,7 +93,7 @@ class DeviceSpec(_Strict):
 
     @model_validator(mode="after")
     def _sourced(self):
-        _check_sources("sources", set(_leaf_paths(self.datasheet.model_dump())), self.sources)
+        _check_sources(set(_leaf_paths(self.datasheet.model_dump())), self.sources)
         return self
 
 
@@ -106,13 +106,15 @@ def _leaf_paths(tree: dict, prefix: str = ""):
             yield path
 
 
-def _check_sources(where: str, needed: set[str], sources: dict[str, str]) -> None:
+def _check_sources(needed: set[str], sources: dict[str, str]) -> None:
+    """Every value in ``needed`` has a source, and every source names such a value. The error
+    names its key relative to the model (``@sources.KEY:``), resolved by :func:`_first_error`."""
     missing = sorted(needed - set(sources))
     if missing:
-        raise ValueError(f"{where}: no source for {missing[0]}")
+        raise ValueError(f"@sources.{missing[0]}: missing source for {missing[0]}")
     unknown = sorted(set(sources) - needed)
     if unknown:
-        raise ValueError(f"{where}: source given for unknown value {unknown[0]}")
+        raise ValueError(f"@sources.{unknown[0]}: source given for unknown value {unknown[0]}")
 
 
 # YAML 1.1 (PyYAML) reads ``3.35e12`` as a string; accept the YAML 1.2 float forms too.
@@ -150,7 +152,11 @@ def _first_error(path: Path, err: ValidationError) -> SpecError:
     elif kind == "extra_forbidden":
         what = "unknown key"
     elif kind == "value_error":
-        return SpecError(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+        msg = e["msg"].removeprefix("Value error, ")
+        if msg.startswith("@"):
+            sub, _, msg = msg[1:].partition(": ")
+            loc = f"{loc}.{sub}" if loc else sub
+        return SpecError(f"{path}: key '{loc}': {msg}")
     else:
         what = f"{e['msg'].lower()} (got {e.get('input')!r})"
     return SpecError(f"{path}: key '{loc}': {what}")

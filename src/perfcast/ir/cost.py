@@ -73,7 +73,9 @@ class Cost(Mapping):
         keys = set(self) | set(other)
         return Cost({k: self.get(k) + other.get(k) for k in keys})
 
-    __radd__ = __add__
+    def __radd__(self, other) -> "Cost":
+        # ``sum(costs)`` starts from the integer 0.
+        return self if isinstance(other, int) and other == 0 else self.__add__(other)
 
     def __mul__(self, factor) -> "Cost":
         factor = as_expr(factor)

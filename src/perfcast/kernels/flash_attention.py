@@ -52,11 +52,10 @@ def flash_attention(b):
         description="flash attention with online softmax (running max/sum, accumulator rescaling)")
 def flash_attention_softmax(b):
     (B, H, T_q, T_kv, hd_qk, hd_v, q_blk, kv_blk), (Q, K, V, O) = _operands(b)
-    # Softmax scale 1/sqrt(hd_qk) is one broadcast multiply on the scores tile.
-    scale = b.hbm("softmax_scale", (1, 1, 1, 1), "fp32")
-
     @b.parallel_map(b.tiles(T_q, q_blk), gather_axis=2)
     def q_tiles():
+        # Softmax scale 1/sqrt(hd_qk): a constant in registers, one broadcast multiply per tile.
+        scale = b.fill("softmax_scale", (1, 1, 1, 1), "fp32", value="1/sqrt(hd_qk)")
         q_i = b.load_tile("q_i", Q, (B, H, q_blk, hd_qk))
         acc0 = b.load_tile("acc0", O, (B, H, q_blk, hd_v))
         m0 = b.fill("m0", (B, H, q_blk, 1), "fp32", value="-inf")

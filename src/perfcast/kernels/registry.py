@@ -23,6 +23,11 @@ class KernelSpec:
     def graph(self) -> Graph:
         return trace(self.fn, self.name, padded=self.padded)
 
+    @cached_property
+    def padded_graph(self) -> Graph:
+        """The same kernel traced with padded (ceil) tiling."""
+        return trace(self.fn, self.name, padded=True)
+
 
 _CATALOG: dict[str, KernelSpec] = {}
 

@@ -80,11 +80,12 @@ def render(console: Console, kernel: str, device, r: FastRollup, ev: Evaluation,
     leaves = Table(title="Leaves (rolled up)", title_justify="left")
     for col in ("leaf", "kind", "trips", "FLOPs", "HBM bytes", "time", "share", "bound"):
         leaves.add_column(col, justify="left" if col in ("leaf", "kind", "bound") else "right")
+    # The bound column names the limiting term (memory.hbm vs memory.onchip, compute).
     for row, lt in zip(ev.leaves.values(), r.leaves):
         flops = row.get("flops.matrix", 0.0) + row.get("flops.vector", 0.0)
         leaves.add_row(lt.name, lt.leaf.kind, str(lt.trips), si(flops, "FLOP") if flops else "",
                        si(row["bytes.hbm"], "B") if "bytes.hbm" in row else "", seconds(row["time_s"]),
-                       percent(row["time_s"] / ev.time_s) if ev.time_s else "", row["bound"])
+                       percent(row["time_s"] / ev.time_s) if ev.time_s else "", row["limiter"])
     if ev.launch_time_s:
         leaves.add_row("(kernel launch)", "latency", str(r.launches), "", "", seconds(ev.launch_time_s),
                        percent(ev.launch_time_s / ev.time_s), "latency")

@@ -54,23 +54,21 @@ class Evaluation:
     leaves: dict[str, dict[str, float | str]]
     launch_time_s: float
 
-    def bound_shares(self) -> dict[str, float]:
-        """Share of total time spent in leaves of each bound (launch latency: ``latency``)."""
+    def _shares(self, column: str, launch_label: str) -> dict[str, float]:
         shares: dict[str, float] = {}
         for row in self.leaves.values():
-            shares[row["bound"]] = shares.get(row["bound"], 0.0) + row["time_s"]
+            shares[row[column]] = shares.get(row[column], 0.0) + row["time_s"]
         if self.launch_time_s:
-            shares["latency"] = shares.get("latency", 0.0) + self.launch_time_s
+            shares[launch_label] = shares.get(launch_label, 0.0) + self.launch_time_s
         return {k: v / self.time_s for k, v in shares.items()} if self.time_s else shares
+
+    def bound_shares(self) -> dict[str, float]:
+        """Share of total time spent in leaves of each bound (launch latency: ``latency``)."""
+        return self._shares("bound", "latency")
 
     def provenance_shares(self) -> dict[str, float]:
         """Share of total time by provenance (launch latency is analytic)."""
-        shares: dict[str, float] = {}
-        for row in self.leaves.values():
-            shares[row["source"]] = shares.get(row["source"], 0.0) + row["time_s"]
-        if self.launch_time_s:
-            shares["analytic"] = shares.get("analytic", 0.0) + self.launch_time_s
-        return {k: v / self.time_s for k, v in shares.items()} if self.time_s else shares
+        return self._shares("source", "analytic")
 
 
 class FastRollup:
@@ -132,7 +130,9 @@ class FastRollup:
             terms = {k: num(r.trips * t) for k, t in r.result.breakdown.items()}
             row: dict[str, float | str] = {k: num(v) for k, v in r.cost.items()}
             row["time_s"] = num(r.time_s)
-            row["bound"] = bound_of(max(terms, key=terms.get)) if terms else "none"
+            limiter = max(terms, key=terms.get) if terms else "none"
+            row["bound"] = bound_of(limiter) if terms else "none"
+            row["limiter"] = limiter  # the term itself: compute, memory.hbm, memory.onchip
             row["source"] = r.result.source.value
             key = r.name if r.name not in leaves else "/".join(r.path)
             leaves[key] = row

@@ -50,7 +50,7 @@ def check_point(trips: list[tuple[str, sympy.Expr]], values: Mapping[sympy.Symbo
         if not (v.is_Integer and v > 0):
             used = ", ".join(f"{s}={values[s]}" for s in sorted(n.free_symbols, key=str))
             raise GuardError(f"loop {loop}: trip count {n} = {v} is not a positive integer at "
-                             f"{used}; choose values that divide, or trace the kernel with padded tiling")
+                             f"{used}; choose values that divide, or trace the kernel with padded (ceil) tiling")
 
 
 def check_grid(trips: list[tuple[str, sympy.Expr]], symbols: list[sympy.Symbol],
