@@ -32,7 +32,7 @@ def check_values(free: set[sympy.Symbol], values: Mapping[sympy.Symbol, object])
         raise GuardError(f"no value for {', '.join(missing)}")
     out = {}
     for s, v in values.items():
-        num = sympy.nsimplify(v, rational=True) if isinstance(v, float) else sympy.sympify(v)
+        num = sympy.Rational(repr(v)) if isinstance(v, float) else sympy.sympify(v)
         if not num.is_number or not num.is_real:
             raise GuardError(f"{s} = {v!r} is not a number")
         if num <= 0:
