@@ -52,7 +52,10 @@ class Leaf:
 
     @property
     def dtype(self) -> str:
-        """The dtype that selects the compute rate: the first input's, else the first output's."""
+        """The dtype that selects the compute rate: the ``compute_dtype`` attribute if set, else
+        the first input's, else the first output's."""
+        if self.attr("compute_dtype"):
+            return str(self.attr("compute_dtype"))
         tensors = self.inputs or self.outputs
         return tensors[0].dtype if tensors else "fp32"
 

@@ -23,6 +23,7 @@ import sympy
 
 from perfcast.ir.cost import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost
 from perfcast.ir.op import Leaf
+from perfcast.ir.dtypes import itemsize
 from perfcast.ir.tensor import Tensor
 
 Rule = Callable[[tuple[Tensor, ...], tuple[Tensor, ...], Mapping[str, object]], Cost]
@@ -118,3 +119,142 @@ def _reduction(inputs, outputs, attrs) -> Cost:
 @register(*FILL_KINDS)
 def _fill(inputs, outputs, attrs) -> Cost:
     return Cost({BYTES_ONCHIP: _bytes(outputs)})
+
+
+# Kernel-level kinds (one leaf = one kernel launch), used by model capture. Their tensors live
+# in HBM: each kernel reads its inputs from and writes its outputs to HBM (no fusion assumed).
+KERNEL_MATMUL = frozenset({"matmul"})
+KERNEL_ELEMENTWISE = frozenset({"elementwise", "copy", "memset"})
+KERNEL_REDUCTION = frozenset({"reduction", "softmax", "norm", "topk"})
+KERNEL_INDEXING = frozenset({"gather", "scatter"})
+
+
+@register("matmul")
+def _matmul(inputs, outputs, attrs) -> Cost:
+    """``out[..., m, n] = Σ_k a[..., m, k] · b[..., k, n]`` (+ bias): 2·numel(out)·k FLOPs."""
+    k = inputs[0].shape[-1]
+    return Cost({FLOPS_MATRIX: 2 * outputs[0].numel * k, BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("elementwise")
+def _kernel_elementwise(inputs, outputs, attrs) -> Cost:
+    per = attrs.get("flops_per_element", 1)
+    return Cost({FLOPS_VECTOR: per * outputs[0].numel, BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("copy")
+def _copy(inputs, outputs, attrs) -> Cost:
+    """cat, clone, casts, copies: data movement only."""
+    return Cost({BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("memset")
+def _memset(inputs, outputs, attrs) -> Cost:
+    return Cost({BYTES_HBM: _bytes(outputs)})
+
+
+@register("reduction")
+def _kernel_reduction(inputs, outputs, attrs) -> Cost:
+    return Cost({FLOPS_VECTOR: inputs[0].numel, BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("softmax")
+def _softmax(inputs, outputs, attrs) -> Cost:
+    """max, subtract, exp, sum, divide: 5 FLOPs per element (the same five passes as the DSL's
+    online-softmax kernel counts per score)."""
+    return Cost({FLOPS_VECTOR: 5 * inputs[0].numel, BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("norm")
+def _norm(inputs, outputs, attrs) -> Cost:
+    """LayerNorm/RMSNorm: statistics, normalise, scale (and shift): 5 FLOPs per element."""
+    return Cost({FLOPS_VECTOR: 5 * inputs[0].numel, BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("topk")
+def _topk(inputs, outputs, attrs) -> Cost:
+    """Selection of k of n per row: n·⌈log2 k⌉ comparisons (heap select); sort is k = n."""
+    k = int(attrs.get("k", 2))
+    return Cost({FLOPS_VECTOR: inputs[0].numel * max(1, (k - 1).bit_length()),
+                 BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+@register("gather")
+def _gather(inputs, outputs, attrs) -> Cost:
+    """embedding, index, gather: reads the selected rows (as many bytes as the output), the
+    indices, and writes the output — not the whole source table."""
+    indices = sum((t.nbytes for t in inputs[1:]), sympy.Integer(0))
+    return Cost({BYTES_HBM: 2 * _bytes(outputs) + indices})
+
+
+@register("scatter")
+def _scatter(inputs, outputs, attrs) -> Cost:
+    """scatter/index_put/index_add: reads updates and indices, read-modify-writes the targets."""
+    updates = sum((t.nbytes for t in inputs[1:]), sympy.Integer(0))
+    flops = inputs[-1].numel if attrs.get("accumulate") else sympy.Integer(0)
+    return Cost({FLOPS_VECTOR: flops, BYTES_HBM: 3 * updates})
+
+
+def attended_pairs(s, past, causal: bool, window) -> sympy.Expr:
+    """(query, key) pairs per sequence and head when ``s`` new tokens attend a cache holding
+    ``past`` earlier tokens. Causal: query i (1-based) sees past + i keys; a sliding window
+    ``window`` caps that at ``window``."""
+    if not causal:
+        keys = past + s if not window else sympy.Min(past + s, window)
+        return s * keys
+    full = s * past + s * (s + 1) / 2
+    if not window:
+        return full
+    # Σ_i min(past + i, W): all capped once past ≥ W; none capped while past + s ≤ W.
+    capped_from = sympy.Max(0, window - past)  # queries i ≤ capped_from are uncapped
+    partial = capped_from * past + capped_from * (capped_from + 1) / 2 + (s - capped_from) * window
+    return sympy.Piecewise((full, past + s <= window), (s * window, past >= window), (partial, True))
+
+
+@register("attention")
+def _attention(inputs, outputs, attrs) -> Cost:
+    """Fused attention over a KV cache (FlashAttention-2 style: scores never reach HBM).
+    FLOPs: 2·B·H·P·(d_qk + d_v) matrix, 5·B·H·P vector (scale, max, subtract-exp, sum,
+    rescale per score, as the DSL online-softmax kernel counts), P = attended pairs.
+    HBM: q and the output once; each attended key/value once per sequence and KV head; the new
+    tokens' cache entries written once (the cache update is part of the step)."""
+    q, k, v = inputs[:3]
+    b, h, s, d_qk = q.shape
+    d_v = v.shape[-1]
+    keys = attended_keys(s, attrs["past"], attrs.get("window", 0))
+    pairs = attended_pairs(s, attrs["past"], bool(attrs.get("causal", True)), attrs.get("window", 0))
+    read = b * k.shape[1] * keys * (d_qk if attrs.get("shared_kv") else d_qk + d_v) * itemsize(k.dtype)
+    return Cost({
+        FLOPS_MATRIX: 2 * b * h * pairs * (d_qk + d_v),
+        FLOPS_VECTOR: 5 * b * h * pairs,
+        BYTES_HBM: q.nbytes + _bytes(outputs) + read + b * s * cache_entry_bytes(inputs, attrs),
+    })
+
+
+def attended_keys(s, past, window) -> sympy.Expr:
+    """Distinct cached tokens a sequence's queries read: all of them, or the last ``window``."""
+    return past + s if not window else sympy.Min(past + s, window)
+
+
+def cache_entry_bytes(inputs, attrs) -> sympy.Expr:
+    """Bytes one token occupies in one layer's KV cache for one sequence."""
+    q, k, v = inputs[:3]
+    width = attrs.get("cache_width") or k.shape[1] * (
+        k.shape[-1] if attrs.get("shared_kv") else k.shape[-1] + v.shape[-1])
+    return width * itemsize(k.dtype)
+
+
+@register("grouped_matmul")
+def _grouped_matmul(inputs, outputs, attrs) -> Cost:
+    """Routed experts as one grouped GEMM. T tokens each go to k of E experts; FLOPs are
+    2·T·k·(per-expert gate/up + down weights); weights of the experts that receive tokens are
+    read once — under balanced routing (each expert gets T·k/E tokens) that is min(E, T·k) of
+    them. Activations: tokens in, tokens out, routing indices."""
+    hidden, gate_up, down, index = inputs[:4]
+    experts, top_k = attrs["num_experts"], attrs["top_k"]
+    tokens = hidden.numel / hidden.shape[-1]
+    per_expert = (gate_up.numel + down.numel) / experts
+    active = sympy.Min(experts, tokens * top_k)
+    weight_bytes = active * (gate_up.nbytes + down.nbytes) / experts
+    return Cost({FLOPS_MATRIX: 2 * tokens * top_k * per_expert,
+                 BYTES_HBM: weight_bytes + hidden.nbytes + index.nbytes + _bytes(outputs)})

@@ -19,6 +19,7 @@ DIMENSIONS: dict[str, str] = {
     "H": "attention heads",
     "H_kv": "key/value heads",
     "S": "new tokens per sequence",
+    "C": "tokens already in each sequence's KV cache (context)",
     "T_q": "query length",
     "T_kv": "key/value (context) length",
     "hd_qk": "query/key head dimension",

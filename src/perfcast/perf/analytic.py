@@ -57,7 +57,13 @@ class AnalyticPerformanceModel(PerformanceModel):
         terms: dict[str, sympy.Expr] = {}
         compute = sympy.Integer(0)
         if FLOPS_MATRIX in c:
-            rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(op.dtype))
+            if op.dtype in ("fp32", "fp64") and op.dtype not in d.spec.datasheet.matrix_flops_per_s:
+                # No matrix-unit rate for this type (e.g. fp32 without TF32, PyTorch's default
+                # for matmuls): the work runs on the vector units.
+                notes.append(f"{op.dtype} matmul priced at the vector {op.dtype} rate")
+                rate = self._param("matrix_flops_per_s", d.vector_flops_per_s(op.dtype))
+            else:
+                rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(op.dtype))
             compute += c[FLOPS_MATRIX] / (rate * self.efficiencies["matrix"](size.get(FLOPS_MATRIX)))
         if FLOPS_VECTOR in c:
             vdtype = d.vector_dtype(op.dtype)

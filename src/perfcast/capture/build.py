@@ -1,0 +1,195 @@
+"""Build a Hugging Face causal LM on fake tensors and capture one serving step.
+
+The model is built from its config under ``FakeTensorMode`` (shapes and dtypes, no storage),
+with perfcast's attention and experts implementations (:mod:`perfcast.capture.serving`). The
+step is driven layer by layer — embedding, rotary tables, decoder layers, final norm, logits —
+so that the capture controls what a serving engine controls: which positions produce logits
+(the last one of each sequence in prefill) and how much context the KV cache holds.
+
+Identical decoder layers are captured once: layers are grouped by a structural signature (their
+submodules' types, parameter shapes, attention window and layer type) and one representative of
+each group runs; the lowering rolls it into ``Loop(count, layer)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import types
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from perfcast.capture import serving
+from perfcast.capture.record import OpRecord, Recorder, TensorMeta, dtype_name, size_expr
+from perfcast.ir import UserError, dim
+from perfcast.models import ModelConfig
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Decoder layers that share one structure: ``indices`` in model order, captured once as
+    ``representative``."""
+
+    signature: tuple
+    indices: tuple[int, ...]
+
+    @property
+    def representative(self) -> int:
+        return self.indices[0]
+
+    @property
+    def count(self) -> int:
+        return len(self.indices)
+
+
+@dataclass
+class Capture:
+    records: list[OpRecord]
+    groups: list[LayerGroup]
+    params: dict[str, TensorMeta]  # parameter name → metadata (all layers, not only captured ones)
+    linear_params: set[str]  # parameters that are matmul weights (quantizable)
+    symbols: dict[str, sympy.Symbol] = field(default_factory=dict)  # canonical name → dim
+
+
+def layer_signature(layer: torch.nn.Module) -> tuple:
+    parts = []
+    for name, mod in layer.named_modules():
+        own = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in mod.named_parameters(recurse=False))
+        extra = (getattr(mod, "sliding_window", None), getattr(mod, "layer_type", None),
+                 getattr(mod, "attention_type", None))
+        parts.append((name, type(mod).__name__, own, extra))
+    return tuple(parts)
+
+
+def group_layers(layers) -> list[LayerGroup]:
+    order: dict[tuple, list[int]] = {}
+    for i, layer in enumerate(layers):
+        order.setdefault(layer_signature(layer), []).append(i)
+    return [LayerGroup(sig, tuple(idx)) for sig, idx in order.items()]
+
+
+def hf_config(model: ModelConfig):
+    """The transformers config object of a catalog/path config; errors name the file."""
+    from transformers import AutoConfig
+
+    data = dict(model.data)
+    try:
+        return AutoConfig.for_model(data.pop("model_type"), **data)
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{model.path}: not a valid {model.model_type} config: {e}") from None
+
+
+def build_model(config, dtype: str, fake: FakeTensorMode):
+    from transformers import AutoModelForCausalLM
+
+    serving.register()
+    config = copy.deepcopy(config)
+    # Quantization is perfcast's own (--quantize); a checkpoint's quantizer is not run.
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    with fake, _no_init():
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=TORCH_DTYPES[dtype], attn_implementation=serving.IMPL,
+            experts_implementation=serving.IMPL)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _no_init():
+    """Skip weight initialisation: fake weights have no values to initialise."""
+    from transformers import modeling_utils
+
+    with modeling_utils.no_init_weights() if hasattr(modeling_utils, "no_init_weights") else contextlib.nullcontext():
+        yield
+
+
+def _linear_params(model) -> set[str]:
+    out = set()
+    for mname, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            full = f"{mname}.{pname}" if mname else pname
+            if isinstance(mod, torch.nn.Linear) and pname == "weight":
+                out.add(full)
+            elif pname in ("gate_up_proj", "down_proj", "up_proj") and p.dim() == 3:
+                out.add(full)  # stacked expert weights
+    return out
+
+
+def _module_tracker(model, recorder: Recorder):
+    names = {id(m): n for n, m in model.named_modules()}
+    stack: list[str] = []
+
+    def pre(mod, args):
+        stack.append(recorder.module)
+        recorder.module = names.get(id(mod), recorder.module)
+
+    def post(mod, args, out):
+        recorder.module = stack.pop()
+
+    return (torch.nn.modules.module.register_module_forward_pre_hook(pre),
+            torch.nn.modules.module.register_module_forward_hook(post))
+
+
+def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1, past: int = 0,
+            decode: bool = False, symbolic: bool = False, reroll: bool = True) -> Capture:
+    """Capture one step. ``symbolic`` makes batch, new tokens (prefill) and context (when
+    ``past`` > 0 or decoding) ShapeEnv symbols, reported as the dims ``B``, ``S``, ``C``; the given
+    sizes are then only hints."""
+    shape_env = ShapeEnv(duck_shape=False) if symbolic else None
+    fake = FakeTensorMode(shape_env=shape_env)
+    model = build_model(config, dtype, fake)
+    inner = model.model
+    layers = list(inner.layers)
+    for mod in model.modules():
+        if hasattr(mod, "kv_a_proj_with_mqa") and hasattr(mod, "kv_b_proj"):
+            mod.forward = types.MethodType(serving.mla_forward, mod)  # MLA in its serving form
+    groups = group_layers(layers) if reroll else [LayerGroup((i,), (i,)) for i in range(len(layers))]
+
+    symbols: dict[str, sympy.Symbol] = {}
+    with fake:
+        ids = torch.zeros((batch, new_tokens), dtype=torch.int64)
+        holder = torch.empty((past,), dtype=torch.int8) if (past or decode) else None
+    if symbolic:
+        dyn = [DimDynamic.DYNAMIC, DimDynamic.DYNAMIC if not decode else DimDynamic.STATIC]
+        ids = fake.from_tensor(torch.zeros((batch, new_tokens), dtype=torch.int64),
+                               symbolic_context=StatelessSymbolicContext(dynamic_sizes=dyn))
+        symbols[str(size_expr(ids.shape[0]))] = dim("B")
+        if not decode:
+            symbols[str(size_expr(ids.shape[1]))] = dim("S")
+        if holder is not None:
+            holder = fake.from_tensor(torch.empty((past,), dtype=torch.int8),
+                                      symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC]))
+            symbols[str(size_expr(holder.shape[0]))] = dim("C")
+    past_len = holder.shape[0] if holder is not None else 0
+    with fake:
+        positions = (torch.arange(ids.shape[1]) + past_len).unsqueeze(0)
+
+    params = {n: TensorMeta(tuple(size_expr(d) for d in p.shape), dtype_name(p.dtype), True, -1)
+              for n, p in model.named_parameters()}
+    recorder = Recorder(params={id(p) for p in model.parameters()})
+    hooks = _module_tracker(model, recorder)
+    try:
+        with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
+            h = inner.embed_tokens(ids)
+            pe = inner.rotary_emb(h, positions)
+            for g in groups:
+                recorder.layer = g.representative
+                h = layers[g.representative](h, attention_mask=None, position_embeddings=pe,
+                                             position_ids=positions)
+                h = h[0] if isinstance(h, tuple) else h
+            recorder.layer = None
+            h = inner.norm(h)
+            if not decode:
+                h = h[:, -1:, :]  # logits for the last position of each sequence only
+            recorder.module = "lm_head"
+            model.lm_head(h)
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return Capture(recorder.records, groups, params, _linear_params(model), symbols)

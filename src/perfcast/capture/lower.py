@@ -1,0 +1,199 @@
+"""Lowering: captured op records → IR leaves, through one table from op name to leaf kind.
+
+Views and metadata ops are explicitly free (listed in :data:`FREE`); every other op needs a
+rule; an op with no rule becomes an entry in :attr:`Lowered.unknown` (name, count, shapes) that
+reports print — never a silent zero. Identical decoder layers, captured once, become
+``Loop(count, layer)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sympy
+
+from perfcast.capture.build import Capture
+from perfcast.capture.record import OpRecord, TensorMeta
+from perfcast.ir import Graph, Leaf, Loop, Tensor, make_leaf
+
+# Quantization schemes: (weight dtype, activation/compute dtype or None = the model's dtype).
+QUANTIZATION: dict[str, tuple[str, str | None]] = {
+    "w8a8": ("int8", "int8"),
+    "w4a16": ("int4", None),
+    "fp8": ("fp8", "fp8"),
+    "fp4": ("fp4", "fp4"),
+}
+
+FREE = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "t", "transpose", "permute", "expand",
+    "unsqueeze", "squeeze", "slice", "select", "split", "split_with_sizes", "chunk", "unbind",
+    "as_strided", "alias", "detach", "lift_fresh", "device", "empty", "empty_like",
+    "empty_strided", "new_empty", "new_empty_strided", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "view_as", "expand_as", "unflatten", "flatten", "dim", "is_same_size",
+    "_local_scalar_dense", "arange",
+})
+
+_ELEMENTWISE = {
+    "add", "sub", "rsub", "mul", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "log", "log1p",
+    "silu", "gelu", "sigmoid", "tanh", "relu", "where", "masked_fill", "clamp", "clamp_min",
+    "clamp_max", "minimum", "maximum", "cos", "sin", "reciprocal", "abs", "eq", "ne", "gt", "lt",
+    "ge", "le", "logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and",
+    "bitwise_or", "erf", "sign", "floor", "ceil", "round", "add_", "sub_", "mul_", "div_",
+    "masked_fill_", "clamp_", "exp_", "sigmoid_", "silu_", "gelu_", "tanh_", "relu_", "lerp",
+    "addcmul", "addcdiv", "fmod", "remainder", "isinf", "isnan", "logical_xor", "floor_divide",
+}
+_TABLE: dict[str, str] = {
+    **{op: "elementwise" for op in _ELEMENTWISE},
+    **{op: "matmul" for op in ("mm", "addmm", "bmm", "baddbmm")},
+    **{op: "copy" for op in ("cat", "stack", "clone", "_to_copy", "copy_", "copy", "repeat",
+                             "repeat_interleave", "roll", "flip", "constant_pad_nd", "contiguous",
+                             "index_copy")},
+    **{op: "memset" for op in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+                               "fill_", "zero_", "new_zeros", "new_ones", "new_full", "scalar_tensor")},
+    **{op: "reduction" for op in ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
+                                  "var", "var_mean", "std", "prod", "cumsum", "any", "all")},
+    **{op: "softmax" for op in ("_softmax", "softmax", "_log_softmax", "log_softmax")},
+    **{op: "norm" for op in ("native_layer_norm", "layer_norm", "_fused_rms_norm", "rms_norm",
+                             "native_group_norm")},
+    **{op: "topk" for op in ("topk", "sort", "argsort")},
+    **{op: "gather" for op in ("embedding", "index", "index_select", "gather")},
+    **{op: "scatter" for op in ("scatter", "scatter_", "scatter_add", "scatter_add_", "index_add",
+                                "index_add_", "index_put", "index_put_", "masked_scatter",
+                                "scatter_reduce")},
+    "attention": "attention",
+    "moe_experts": "grouped_matmul",
+    "_scaled_dot_product_flash_attention": "attention",
+    "_scaled_dot_product_efficient_attention": "attention",
+    "_scaled_dot_product_cudnn_attention": "attention",
+}
+
+
+def op_packet(op: str) -> str:
+    """``aten.mm.default`` → ``mm``; ``perfcast.attention.default`` → ``attention``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) >= 2 else op
+
+
+@dataclass
+class Lowered:
+    graph: Graph
+    unknown: Counter = field(default_factory=Counter)  # (op, shapes) → count
+    free: Counter = field(default_factory=Counter)  # op → count
+    quantize: str | None = None
+
+
+@dataclass
+class _Lowerer:
+    capture: Capture
+    quantize: str | None
+    model_dtype: str
+    kv_dtype: str | None = None
+    unknown: Counter = field(default_factory=Counter)
+    free: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        self.subs = {}
+        for rec in self.capture.records:
+            for t in (*rec.inputs, *rec.outputs):
+                for d in t.shape:
+                    for s in d.free_symbols:
+                        if str(s) in self.capture.symbols:
+                            self.subs[s] = self.capture.symbols[str(s)]
+
+    def expr(self, e) -> sympy.Expr:
+        return sympy.sympify(e).xreplace(self.subs) if self.subs else sympy.sympify(e)
+
+    def tensor(self, name: str, t: TensorMeta, dtype: str | None = None) -> Tensor:
+        return Tensor(name, tuple(self.expr(d) for d in t.shape), dtype or t.dtype)
+
+    def leaf(self, rec: OpRecord, index: int) -> Leaf | None:
+        packet = op_packet(rec.op)
+        if packet in FREE:
+            self.free[packet] += 1
+            return None
+        kind = _TABLE.get(packet)
+        if kind is None:
+            shapes = ", ".join("x".join(str(d) for d in t.shape) for t in rec.inputs)
+            self.unknown[(rec.op, shapes)] += 1
+            return None
+        name = f"{rec.module or 'model'}/{packet}#{index}"
+        attrs: dict[str, object] = {"op": rec.op, "module": rec.module}
+        inputs = [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(rec.inputs)]
+        outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
+        if kind in ("matmul", "grouped_matmul"):
+            self._quantize(rec, inputs, attrs)
+        if kind == "attention" and self.kv_dtype:
+            for i in (1, 2):  # the KV cache is stored (and read) in its own dtype
+                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, self.kv_dtype)
+        _ATTRS.get(kind, lambda r, a, s: None)(rec, attrs, self)
+        return make_leaf(kind, name, inputs, outputs, **attrs)
+
+    def _quantize(self, rec: OpRecord, inputs: list[Tensor], attrs: dict) -> None:
+        if self.quantize is None or rec.module == "lm_head":
+            return
+        weight, act = QUANTIZATION[self.quantize]
+        for i, t in enumerate(rec.inputs):
+            if t.is_param:
+                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, weight)
+            elif act is not None and i == 0:
+                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, act)
+        attrs["compute_dtype"] = act or self.model_dtype
+
+    def graph(self, records: list[OpRecord], name: str) -> Graph:
+        ops = [leaf for i, r in enumerate(records) if (leaf := self.leaf(r, i)) is not None]
+        return Graph(name, tuple(ops))
+
+
+def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
+    if op_packet(rec.op) == "attention":
+        past, causal, window, shared, width = rec.scalars[:5]
+        attrs.update(past=lw.expr(past), causal=bool(causal), window=int(window),
+                     shared_kv=bool(shared), cache_width=int(width))
+    else:  # plain SDPA: no cache
+        attrs.update(past=sympy.Integer(0), causal=True, window=0, shared_kv=False, cache_width=0)
+
+
+def _moe_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
+    top_k, experts = rec.scalars[:2]
+    attrs.update(top_k=int(top_k), num_experts=int(experts), routing="balanced")
+
+
+def _topk_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
+    packet = op_packet(rec.op)
+    if packet == "topk":
+        attrs["k"] = int(rec.scalars[0])
+    else:
+        n = lw.expr(rec.inputs[0].shape[-1])
+        attrs["k"] = int(n) if n.is_Integer else 1024  # symbolic sort length: a bound
+
+
+def _scatter_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
+    attrs["accumulate"] = "add" in op_packet(rec.op) or "reduce" in op_packet(rec.op)
+
+
+_ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": _moe_attrs,
+                               "topk": _topk_attrs, "scatter": _scatter_attrs}
+
+
+def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
+          kv_dtype: str | None = None, name: str = "model") -> Lowered:
+    """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``."""
+    if quantize is not None and quantize not in QUANTIZATION:
+        raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
+    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype)
+    by_layer: dict[int, list[OpRecord]] = {}
+    head, tail = [], []
+    for rec in capture.records:
+        if rec.layer is None:
+            (tail if by_layer else head).append(rec)
+        else:
+            by_layer.setdefault(rec.layer, []).append(rec)
+    ops: list = list(lw.graph(head, "prologue").ops)
+    for g in capture.groups:
+        body = lw.graph(by_layer.get(g.representative, []), f"layer{g.representative}")
+        ops.append(Loop(f"layers[{g.representative}]×{g.count}", g.count, body, kind="map")
+                   if g.count > 1 else body)
+    ops.extend(lw.graph(tail, "epilogue").ops)
+    return Lowered(Graph(name, tuple(ops)), lw.unknown, lw.free, quantize)

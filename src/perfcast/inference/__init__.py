@@ -1,0 +1,1 @@
+"""Applications on top of capture and pricing: text generation."""

@@ -1,0 +1,121 @@
+"""Memory per device for one serving step: weights, KV cache, peak activations, reserved.
+
+- Weights: every parameter once (tied embeddings once), matmul weights in the quantized dtype
+  (``lm_head`` and embeddings stay in the model dtype, as serving engines keep them).
+- KV cache: what the step's attention reads after writing the new tokens — per layer, sequences
+  × KV heads × cached tokens (capped by a sliding window) × bytes per entry.
+- Activations: live ranges over the captured op sequence (a tensor lives from the op that
+  produces it to the last op that reads it; views share their base's storage); the peak is the
+  largest sum of live tensors. Layers run one after another, so one pass per layer kind covers it.
+- Reserved: the share of device memory a serving engine leaves unused (vLLM's
+  ``gpu_memory_utilization`` defaults to 0.9: 10 % reserved).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from perfcast.capture import FREE, Capture, Lowered, op_packet
+from perfcast.capture.lower import QUANTIZATION
+from perfcast.ir import Leaf, itemsize, walk
+from perfcast.ir.rules import attended_keys, cache_entry_bytes
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    capacity_bytes: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_cache_bytes_per_token: int
+    activation_peak_bytes: int
+    reserved_bytes: int
+    parameters: int
+
+    @property
+    def used_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_peak_bytes + self.reserved_bytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.free_bytes >= 0
+
+    def as_dict(self) -> dict:
+        return {"capacity_bytes": self.capacity_bytes, "weights_bytes": self.weights_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes,
+                "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+                "activation_peak_bytes": self.activation_peak_bytes,
+                "reserved_bytes": self.reserved_bytes, "free_bytes": self.free_bytes,
+                "fits": self.fits, "shortfall_bytes": max(0, -self.free_bytes),
+                "parameters": self.parameters}
+
+
+def weights(capture: Capture, quantize: str | None) -> tuple[int, int]:
+    """(parameter count, weight bytes)."""
+    count, total = 0, sympy.Integer(0)
+    wdtype = QUANTIZATION[quantize][0] if quantize else None
+    for name, meta in capture.params.items():
+        n = meta.numel
+        count += int(n)
+        quantized = wdtype and name in capture.linear_params and not name.startswith("lm_head")
+        total += n * itemsize(wdtype if quantized else meta.dtype)
+    return count, int(sympy.ceiling(total))
+
+
+def kv_cache(lowered: Lowered, point: dict) -> tuple[int, int]:
+    """(KV cache bytes at the point, bytes per cached token without windows)."""
+    total, per_token = sympy.Integer(0), sympy.Integer(0)
+    for v in walk(lowered.graph):
+        leaf = v.op
+        if not isinstance(leaf, Leaf) or leaf.kind != "attention":
+            continue
+        q = leaf.inputs[0]
+        entry = cache_entry_bytes(leaf.inputs, dict(leaf.attrs))
+        total += v.trips * q.shape[0] * attended_keys(q.shape[2], leaf.attr("past"), leaf.attr("window")) * entry
+        per_token += v.trips * entry
+    return int(sympy.sympify(total).subs(point)), int(sympy.sympify(per_token).subs(point))
+
+
+def activation_peak(capture: Capture, subs: dict) -> int:
+    """Peak bytes of live non-parameter tensors over the captured op sequence."""
+    root: dict[int, int] = {}
+    size: dict[int, int] = {}
+    last: dict[int, int] = {}
+    records = capture.records
+    for i, r in enumerate(records):
+        ins = [t for t in r.inputs if not t.is_param]
+        for t in ins:
+            root.setdefault(t.uid, t.uid)
+            size.setdefault(root[t.uid], _nbytes(t, subs))
+        for o in r.outputs:
+            if op_packet(r.op) in FREE and ins:
+                root[o.uid] = root[ins[0].uid]
+            else:
+                root.setdefault(o.uid, o.uid)
+                size.setdefault(root[o.uid], _nbytes(o, subs))
+        for t in (*ins, *r.outputs):
+            last[root[t.uid]] = i
+    live, peak, born = 0, 0, set()
+    ends: dict[int, list[int]] = {}
+    for uid, i in last.items():
+        ends.setdefault(i, []).append(uid)
+    for i, r in enumerate(records):
+        for t in (*[t for t in r.inputs if not t.is_param], *r.outputs):
+            rid = root[t.uid]
+            if rid not in born:
+                born.add(rid)
+                live += size[rid]
+        peak = max(peak, live)
+        for rid in ends.get(i, ()):
+            live -= size[rid]
+    return peak
+
+
+def _nbytes(t, subs) -> int:
+    n = t.numel * itemsize(t.dtype)
+    return int(sympy.sympify(n).subs(subs)) if subs else int(n)

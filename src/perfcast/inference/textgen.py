@@ -1,0 +1,141 @@
+"""Text generation, one step: capture the model, lower it, price it, track its memory.
+
+Prefill: ``num_queries`` sequences of ``query_length`` new tokens (after ``context_length``
+cached ones, 0 by default); logits for the last position only. Decode: one new token per
+sequence with ``context_length`` tokens in the KV cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from perfcast.capture import QUANTIZATION, capture, hf_config, lower
+from perfcast.hardware import Device
+from perfcast.inference import memory
+from perfcast.ir import UserError, dim
+from perfcast.models import ModelConfig
+from perfcast.perf import AnalyticPerformanceModel
+from perfcast.rollup import Evaluation, FastRollup, rollup
+
+PERFORMANCE_MODELS = ("analytic",)
+
+
+@dataclass(frozen=True)
+class Request:
+    model: ModelConfig
+    device: Device
+    num_queries: int = 1
+    query_length: int = 1024
+    context_length: int = 0
+    decode: bool = False
+    dtype: str = "bf16"
+    quantize: str | None = None
+    kv_dtype: str | None = None
+    performance_models: tuple[str, ...] = ("analytic",)
+    reroll: bool = True
+    memory_utilization: float = 0.9
+
+    def validate(self) -> None:
+        for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
+            if v < 1:
+                raise UserError(f"{flag} must be at least 1 (got {v})")
+        if self.context_length < 0:
+            raise UserError(f"--context-length must be non-negative (got {self.context_length})")
+        if self.decode and self.context_length < 1:
+            raise UserError("--decode needs --context-length ≥ 1 (the tokens already in the KV cache)")
+        if not 0 < self.memory_utilization <= 1:
+            raise UserError(f"--memory-utilization must be in (0, 1] (got {self.memory_utilization})")
+        if self.quantize is not None and self.quantize not in QUANTIZATION:
+            raise UserError(f"--quantize {self.quantize!r}: expected one of {', '.join(QUANTIZATION)}")
+        for m in self.performance_models:
+            if m not in PERFORMANCE_MODELS:
+                raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
+        for dt in filter(None, (self.kv_dtype,)):
+            if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
+                raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
+        compute = QUANTIZATION[self.quantize][1] if self.quantize else self.dtype
+        if compute not in self.device.spec.datasheet.matrix_flops_per_s:
+            raise UserError(f"device {self.device.name} has no {compute} matrix rate "
+                            f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); "
+                            f"choose another --dtype/--quantize")
+
+    @property
+    def new_tokens(self) -> int:
+        return 1 if self.decode else self.query_length
+
+    @property
+    def tokens(self) -> int:
+        """Tokens produced (decode) or processed (prefill) by the step, all sequences."""
+        return self.num_queries * self.new_tokens
+
+
+@dataclass
+class Result:
+    request: Request
+    lowered: object
+    rollups: dict[str, FastRollup]
+    evaluations: dict[str, Evaluation]
+    memory: memory.MemoryReport
+    timings_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def tokens_per_s_per_device(self, name: str) -> float:
+        t = self.evaluations[name].time_s
+        return self.request.tokens / t if t else float("inf")
+
+
+def make_model(name: str, device: Device):
+    if name == "analytic":
+        return AnalyticPerformanceModel(device)
+    raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
+
+
+def point(req: Request) -> dict:
+    return {dim("B"): req.num_queries, dim("S"): req.new_tokens, dim("C"): req.context_length}
+
+
+def simulate(req: Request) -> Result:
+    req.validate()
+    t0 = time.perf_counter()
+    cfg = hf_config(req.model)
+    cap = capture(cfg, dtype=req.dtype, batch=req.num_queries, new_tokens=req.new_tokens,
+                  past=req.context_length, decode=req.decode, reroll=req.reroll)
+    t1 = time.perf_counter()
+    low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
+                name=req.model.name)
+    rollups, evals = {}, {}
+    for name in req.performance_models:
+        r = rollup(low.graph, make_model(name, req.device))
+        rollups[name] = r
+        evals[name] = r.evaluate({})
+    t2 = time.perf_counter()
+    params, wbytes = memory.weights(cap, req.quantize)
+    kv, kv_per_token = memory.kv_cache(low, {})
+    capacity = int(req.device.hbm_capacity_bytes)
+    mem = memory.MemoryReport(
+        capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv,
+        kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, {}),
+        reserved_bytes=int(round(capacity * (1 - req.memory_utilization))), parameters=params)
+    notes = _notes(req, low, cfg)
+    return Result(req, low, rollups, evals, mem,
+                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes)
+
+
+def _notes(req: Request, low, cfg) -> list[str]:
+    notes = []
+    experts = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None) or \
+        getattr(cfg, "n_routed_experts", None)
+    if experts:
+        k = getattr(cfg, "num_experts_per_tok", None)
+        notes.append(f"MoE routing: balanced — each of {experts} experts receives tokens·{k}/{experts} "
+                     f"tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
+    qc = req.model.data.get("quantization_config")
+    if qc and req.quantize is None:
+        notes.append(f"the published checkpoint is quantized ({qc.get('quant_method', '?')}); priced in "
+                     f"{req.dtype} — pass --quantize to price a quantized deployment")
+    if low.unknown:
+        notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
+                     + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))
+    notes.append("each captured op is one kernel (no fusion); leaves are summed without overlap")
+    return notes
