@@ -93,17 +93,13 @@ class _Lowerer:
     unknown: Counter = field(default_factory=Counter)
     free: Counter = field(default_factory=Counter)
 
-    def __post_init__(self):
-        self.subs = {}
-        for rec in self.capture.records:
-            for t in (*rec.inputs, *rec.outputs):
-                for d in t.shape:
-                    for s in d.free_symbols:
-                        if str(s) in self.capture.symbols:
-                            self.subs[s] = self.capture.symbols[str(s)]
-
     def expr(self, e) -> sympy.Expr:
-        return sympy.sympify(e).xreplace(self.subs) if self.subs else sympy.sympify(e)
+        """``e`` with ShapeEnv symbols (``s0``, …) renamed to the capture's dims (B, S, C)."""
+        e = sympy.sympify(e)
+        names = self.capture.symbols
+        if not names or not e.free_symbols:
+            return e
+        return e.xreplace({s: names[str(s)] for s in e.free_symbols if str(s) in names})
 
     def tensor(self, name: str, t: TensorMeta, dtype: str | None = None) -> Tensor:
         return Tensor(name, tuple(self.expr(d) for d in t.shape), dtype or t.dtype)

@@ -8,16 +8,16 @@ import sys
 from perfcast.cli.args import Parser
 from perfcast.ir import UserError
 
-COMMANDS = ("devices", "kernels", "kernel")
+COMMANDS = ("devices", "kernels", "kernel", "models", "text-generate", "explain")
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="perfcast", description="Predict how fast ML models run, and how much "
                                                   "memory they need, on hardware you do not own.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    from perfcast.cli import devices, kernel, kernels
+    from perfcast.cli import devices, kernel, kernels, models, textgen
 
-    for module in (devices, kernels, kernel):
+    for module in (devices, kernels, kernel, models, textgen):
         module.add_parser(sub)
     return parser
 

@@ -54,8 +54,8 @@ class Request:
         for dt in filter(None, (self.kv_dtype,)):
             if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
-        compute = QUANTIZATION[self.quantize][1] if self.quantize else self.dtype
-        if compute not in self.device.spec.datasheet.matrix_flops_per_s:
+        compute = (QUANTIZATION[self.quantize][1] if self.quantize else None) or self.dtype
+        if compute not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {compute} matrix rate "
                             f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); "
                             f"choose another --dtype/--quantize")

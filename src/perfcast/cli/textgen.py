@@ -1,0 +1,112 @@
+"""``perfcast text-generate`` (one prefill or decode step of a real model) and ``perfcast
+explain`` (the same step captured once with symbolic sizes, as closed forms)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from perfcast.cli.devices import resolve_device
+from perfcast.ir import UserError
+
+
+def _common(p) -> None:
+    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("--device", default="h100-sxm", help="device name (default: h100-sxm)")
+    p.add_argument("--device-file", metavar="PATH", help="a device YAML file (overrides --device)")
+    p.add_argument("--decode", action="store_true", help="price one decode step (default: prefill)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype")
+    p.add_argument("--quantize", choices=("w8a8", "w4a16", "fp8", "fp4"),
+                   help="weight (and activation) quantization of the matmuls")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp32", "fp8", "int8"),
+                   help="KV cache dtype (default: the model dtype)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("text-generate", help="predict one prefill or decode step of a model",
+                       description="Capture a Hugging Face causal LM on fake tensors and predict one "
+                                   "serving step: time per op and in total, tokens/s per device, "
+                                   "memory, bounds.")
+    _common(p)
+    p.add_argument("--num-queries", type=int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--query-length", type=int, default=1024,
+                   help="new tokens per sequence in prefill (default 1024)")
+    p.add_argument("--context-length", type=int, default=0,
+                   help="tokens already in each sequence's KV cache (required with --decode)")
+    p.add_argument("--performance-model", action="append", metavar="NAME",
+                   help="analytic (default); repeatable")
+    p.add_argument("--memory-utilization", type=float, default=0.9,
+                   help="share of device memory the engine may use (default 0.9, as vLLM)")
+    p.add_argument("--strict-memory", action="store_true",
+                   help="fail (exit 2) when the model does not fit instead of reporting it")
+    p.add_argument("--no-reroll", action="store_true",
+                   help="capture every decoder layer instead of one per distinct structure")
+    p.add_argument("--chrome-trace", metavar="FILE", help="write a Perfetto/Chrome trace")
+    p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
+    p.set_defaults(run=run)
+
+    e = sub.add_parser("explain", help="closed-form FLOPs, bytes and time of a model step",
+                       description="Capture once with symbolic batch B, new tokens S (prefill) and "
+                                   "context C, and print closed forms.")
+    _common(e)
+    e.add_argument("--context-length", type=int, default=0,
+                   help="prefill after a cached prefix: make the context C symbolic too")
+    e.set_defaults(run=run_explain)
+
+
+def _request(args, **extra):
+    from perfcast.inference.textgen import Request
+    from perfcast.models import load_model_config
+
+    return Request(model=load_model_config(args.model),
+                   device=resolve_device(args.device, args.device_file),
+                   decode=args.decode, dtype=args.dtype, quantize=args.quantize,
+                   kv_dtype=args.kv_cache_dtype, **extra)
+
+
+def run(args) -> int:
+    from perfcast.inference.textgen import simulate
+    from perfcast.report import textgen as report
+
+    req = _request(args, num_queries=args.num_queries, query_length=args.query_length,
+                   context_length=args.context_length,
+                   performance_models=tuple(args.performance_model or ("analytic",)),
+                   reroll=not args.no_reroll, memory_utilization=args.memory_utilization)
+    result = simulate(req)
+    if args.strict_memory and not result.memory.fits:
+        raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
+                        f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
+                        f"(short by {-result.memory.free_bytes:,})")
+    if args.chrome_trace:
+        try:
+            report.chrome_trace(result, args.chrome_trace)
+        except OSError as e:
+            raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
+    if args.json:
+        json.dump(report.to_json(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        report.render(Console(width=max(120, Console().width)), result, top=args.top)
+    return 0
+
+
+def run_explain(args) -> int:
+    from perfcast.inference.explain import explain
+
+    req = _request(args, context_length=args.context_length or (1 if args.decode else 0))
+    doc = explain(req)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(width=max(120, Console().width))
+    console.print(f"[bold]{doc['model']}[/] on [bold]{doc['device']}[/] · {doc['phase']} · symbols: "
+                  + ", ".join(f"{k} = {v}" for k, v in doc["symbols"].items()))
+    for k, v in doc["symbolic"].items():
+        console.print(f"[bold]{k}[/] = {v}", overflow="fold", highlight=False)
+    for n in doc["notes"]:
+        console.print(f"[yellow]note:[/] {n}")
+    return 0

@@ -1,0 +1,174 @@
+"""Reports of a text-generation step: JSON document, terminal tables, Chrome trace."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Graph, Leaf, Loop
+from perfcast.report.format import percent, seconds, si
+
+
+def _op_name(leaf: Leaf) -> str:
+    op = str(leaf.attr("op") or leaf.kind)
+    return op.removesuffix(".default")
+
+
+def op_table(result) -> list[dict]:
+    """Per op name: calls (with loop trips), time per performance model, dominant bound, FLOPs."""
+    rows: dict[str, dict] = {}
+    for name, r in result.rollups.items():
+        ev = result.evaluations[name]
+        for lt, row in zip(r.leaves, ev.leaves.values()):
+            key = _op_name(lt.leaf)
+            entry = rows.setdefault(key, {"name": key, "calls": 0, "time_s": defaultdict(float),
+                                          "flops": 0.0, "bytes_hbm": 0.0, "_bounds": defaultdict(float)})
+            entry["time_s"][name] += row["time_s"]
+            if name == next(iter(result.rollups)):
+                entry["calls"] += int(lt.trips)
+                entry["flops"] += row.get(FLOPS_MATRIX, 0.0) + row.get(FLOPS_VECTOR, 0.0)
+                entry["bytes_hbm"] += row.get("bytes.hbm", 0.0)
+                entry["_bounds"][row["bound"]] += row["time_s"]
+    first = next(iter(result.rollups))
+    out = []
+    for e in sorted(rows.values(), key=lambda e: -e["time_s"][first]):
+        bounds = e.pop("_bounds")
+        e["bound"] = max(bounds, key=bounds.get) if bounds else "none"
+        e["time_s"] = dict(e["time_s"])
+        out.append(e)
+    return out
+
+
+def flops_summary(result) -> dict:
+    first = next(iter(result.rollups))
+    mm = lm = attn = vec = 0.0
+    for lt, row in zip(result.rollups[first].leaves, result.evaluations[first].leaves.values()):
+        f = row.get(FLOPS_MATRIX, 0.0)
+        vec += row.get(FLOPS_VECTOR, 0.0)
+        if lt.leaf.kind in ("matmul", "grouped_matmul"):
+            if lt.leaf.attr("module") == "lm_head":
+                lm += f
+            else:
+                mm += f
+        elif lt.leaf.kind == "attention":
+            attn += f
+    return {"matmul_excluding_lm_head": mm, "lm_head": lm, "attention": attn, "vector": vec,
+            "total": mm + lm + attn + vec}
+
+
+def to_json(result) -> dict:
+    req = result.request
+    models = {}
+    for name, ev in result.evaluations.items():
+        models[name] = {"total_time_s": ev.time_s,
+                        "tokens_per_s_per_device": result.tokens_per_s_per_device(name),
+                        "bound_shares": ev.bound_shares(), "provenance_shares": ev.provenance_shares(),
+                        "kernel_launches": int(result.rollups[name].launches)}
+    first = next(iter(models))
+    low = result.lowered
+    return {
+        "model": req.model.name, "model_type": req.model.model_type, "device": req.device.name,
+        "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
+        "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
+        "quantize": req.quantize, "kv_cache_dtype": req.kv_dtype or req.dtype,
+        "performance_models": models,
+        "tokens_per_s_per_device": models[first]["tokens_per_s_per_device"],
+        "deployable": result.memory.fits,
+        "memory": result.memory.as_dict(),
+        "flops": flops_summary(result),
+        "ops": op_table(result),
+        "unknown_ops": [{"op": op, "shapes": shapes, "count": n} for (op, shapes), n in low.unknown.most_common()],
+        "free_ops": dict(low.free),
+        "timings_s": result.timings_s,
+        "notes": result.notes,
+    }
+
+
+def render(console: Console, result, top: int = 15) -> None:
+    req, mem = result.request, result.memory
+    doc = to_json(result)
+    phase = (f"decode · {req.num_queries} sequences × 1 new token after {req.context_length:,} cached"
+             if req.decode else
+             f"prefill · {req.num_queries} sequences × {req.query_length:,} tokens"
+             + (f" after {req.context_length:,} cached" if req.context_length else ""))
+    quant = f" · {req.quantize}" if req.quantize else ""
+    console.print(f"[bold]{req.model.name}[/] on [bold]{req.device.name}[/] · {phase} · {req.dtype}{quant}")
+    if not mem.fits:
+        console.print(Panel(f"DOES NOT FIT: needs {si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')} "
+                            f"(short by {si(-mem.free_bytes, 'B')}). The times below are NOT deployable.",
+                            style="bold red"))
+    for name, m in doc["performance_models"].items():
+        console.print(f"{name}: step {seconds(m['total_time_s'])} · "
+                      f"{m['tokens_per_s_per_device']:,.1f} tokens/s per device · "
+                      f"{m['kernel_launches']:,} kernels")
+        console.print("  bound: " + ", ".join(f"{k} {percent(v)}" for k, v in
+                                              sorted(m["bound_shares"].items(), key=lambda kv: -kv[1]))
+                      + " · provenance: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares"].items()))
+    mt = Table(title="Memory per device", title_justify="left")
+    for col in ("weights", "KV cache", "peak activations", "reserved", "free", "capacity"):
+        mt.add_column(col, justify="right")
+    mt.add_row(si(mem.weights_bytes, "B"), f"{si(mem.kv_cache_bytes, 'B')} ({mem.kv_cache_bytes_per_token:,} B/token)",
+               si(mem.activation_peak_bytes, "B"), si(mem.reserved_bytes, "B"),
+               si(mem.free_bytes, "B") if mem.fits else f"[red]−{si(-mem.free_bytes, 'B')}[/]",
+               si(mem.capacity_bytes, "B"))
+    console.print(mt)
+    ops = Table(title=f"Ops (top {top} by time)", title_justify="left")
+    ops.add_column("op")
+    ops.add_column("calls", justify="right")
+    names = list(doc["performance_models"])
+    for n in names:
+        ops.add_column(f"total ({n})", justify="right")
+    ops.add_column("average", justify="right")
+    ops.add_column("bound")
+    ops.add_column("share", justify="right")
+    total = doc["performance_models"][names[0]]["total_time_s"]
+    for row in doc["ops"][:top]:
+        t = row["time_s"][names[0]]
+        ops.add_row(row["name"], f"{row['calls']:,}", *(seconds(row["time_s"][n]) for n in names),
+                    seconds(t / row["calls"]) if row["calls"] else "", row["bound"], percent(t / total) if total else "")
+    console.print(ops)
+    if doc["unknown_ops"]:
+        un = Table(title="Ops with no cost rule (NOT priced)", title_justify="left", style="red")
+        for col in ("op", "count", "input shapes"):
+            un.add_column(col)
+        for u in doc["unknown_ops"]:
+            un.add_row(u["op"], str(u["count"]), u["shapes"])
+        console.print(un)
+    for n in doc["notes"]:
+        console.print(f"[yellow]note:[/] {n}")
+
+
+def chrome_trace(result, path: str) -> None:
+    """Trace Event Format (Perfetto/chrome://tracing): one complete event per kernel, loops
+    unrolled, in capture order, on one track per performance model."""
+    events, pid = [], 1
+    for tid, (name, r) in enumerate(result.rollups.items(), start=1):
+        times = {id(lt.leaf): row["time_s"] / float(lt.trips)
+                 for lt, row in zip(r.leaves, result.evaluations[name].leaves.values())}
+        launch = float(r.launch.time_s)
+        clock = [0.0]
+
+        def emit(op, layer: str | None):
+            if isinstance(op, Leaf):
+                dur = (times[id(op)] + launch) * 1e6
+                events.append({"name": _op_name(op), "cat": op.kind, "ph": "X", "ts": clock[0],
+                               "dur": dur, "pid": pid, "tid": tid,
+                               "args": {"module": op.attr("module"), "layer": layer}})
+                clock[0] += dur
+            elif isinstance(op, Loop):
+                for i in range(int(op.n_iter)):
+                    for child in op.body.ops:
+                        emit(child, f"{op.name}[{i}]")
+            elif isinstance(op, Graph):
+                for child in op.ops:
+                    emit(child, layer)
+
+        emit(r.op, None)
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"name": f"{result.request.device.name} ({name})"}})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)

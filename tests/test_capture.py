@@ -1,0 +1,146 @@
+"""Model capture: re-roll, symbolic capture, serving semantics, lowering coverage."""
+
+import json
+import random
+
+import pytest
+import sympy
+
+from perfcast.capture import capture, hf_config, lower
+from perfcast.capture.build import Capture
+from perfcast.capture.record import OpRecord, TensorMeta
+from perfcast.inference.explain import symbolic_step
+from perfcast.inference.textgen import Request
+from perfcast.hardware import get_device
+from perfcast.ir import BYTES_HBM, FLOPS_MATRIX, FLOPS_VECTOR, cost, dim
+from perfcast.models import load_model_config
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
+              "head_dim": 32, "vocab_size": 1000, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096,
+              "tie_word_embeddings": False, "hidden_act": "silu"}
+TINY_DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+                 "moe_intermediate_size": 64, "num_hidden_layers": 3, "first_k_dense_replace": 1,
+                 "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 16,
+                 "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+                 "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+                 "v_head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 4096,
+                 "rope_interleave": True, "tie_word_embeddings": False}
+TINY_GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 128, "intermediate_size": 128,
+                "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 32, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16,
+                "layer_types": ["sliding_attention", "full_attention"] * 2, "vocab_size": 1000,
+                "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+def model(tmp_path, data, name="tiny"):
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(data))
+    return load_model_config(str(p))
+
+
+def totals(graph):
+    c = cost(graph)
+    return {k: c.get(k) for k in (FLOPS_MATRIX, FLOPS_VECTOR, BYTES_HBM)}
+
+
+@pytest.mark.parametrize("data", [TINY_LLAMA, TINY_DEEPSEEK, TINY_GPT_OSS], ids=["llama", "deepseek", "gpt-oss"])
+@pytest.mark.parametrize("decode", [False, True])
+def test_rerolled_cost_equals_unrolled_capture(tmp_path, data, decode):
+    cfg = hf_config(model(tmp_path, data))
+    kw = dict(batch=2, new_tokens=1 if decode else 24, past=40 if decode else 0, decode=decode)
+    rolled = capture(cfg, **kw)
+    unrolled = capture(cfg, reroll=False, **kw)
+    assert len(rolled.groups) < len(unrolled.groups) == data["num_hidden_layers"]
+    assert totals(lower(rolled).graph) == totals(lower(unrolled).graph)
+
+
+def test_two_kinds_of_layer_become_two_loops(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_DEEPSEEK)), batch=1, new_tokens=8)
+    assert [g.count for g in cap.groups] == [1, 2]  # 1 dense layer, 2 MoE layers
+    cap = capture(hf_config(load_model_config("deepseek-v3")), batch=1, new_tokens=1, past=16, decode=True)
+    assert [g.count for g in cap.groups] == [3, 58]
+
+
+@pytest.mark.parametrize("data", [TINY_LLAMA, TINY_DEEPSEEK, TINY_GPT_OSS], ids=["llama", "deepseek", "gpt-oss"])
+@pytest.mark.parametrize("decode", [False, True])
+def test_symbolic_capture_matches_concrete_captures(tmp_path, data, decode):
+    m = model(tmp_path, data)
+    req = Request(model=m, device=get_device("h100-sxm"), decode=decode, context_length=1 if decode else 0)
+    _, low, _ = symbolic_step(req)
+    sym = totals(low.graph)
+    rng = random.Random(7)
+    cfg = hf_config(m)
+    for _ in range(2):
+        b, s, c = rng.randint(2, 9), rng.randint(2, 40), rng.randint(2, 60)
+        concrete = capture(cfg, batch=b, new_tokens=1 if decode else s, past=c if decode else 0, decode=decode)
+        want = totals(lower(concrete).graph)
+        point = {dim("B"): b, dim("S"): s, dim("C"): c}
+        got = {k: sympy.sympify(v).subs(point) for k, v in sym.items()}
+        assert got == want, (b, s, c)
+
+
+def test_decode_attention_reads_the_kv_cache(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=4, new_tokens=1, past=100, decode=True)
+    attn = [leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "attention"][0]
+    # per layer: 4 seqs × 2 kv heads × 101 cached tokens × (32 + 32) × 2 bytes read, + 1 written
+    kv_read = 4 * 2 * 101 * 64 * 2
+    q_and_out = 2 * (4 * 8 * 1 * 32 * 2)
+    assert attn.cost[BYTES_HBM] == kv_read + q_and_out + 4 * 1 * 2 * 64 * 2
+    # 2·B·H·P·(d_qk + d_v) with P = 101 keys for the one new token
+    assert attn.cost[FLOPS_MATRIX] == 2 * 4 * 8 * 101 * 64
+
+
+def test_causal_prefill_counts_unmasked_pairs_only(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=1, new_tokens=10)
+    attn = [leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "attention"][0]
+    assert attn.cost[FLOPS_MATRIX] == 2 * 8 * (10 * 11 // 2) * 64  # 55 pairs, not 100
+
+
+def test_sliding_window_caps_attended_keys(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_GPT_OSS)), batch=1, new_tokens=1, past=100, decode=True)
+    attn = sorted((leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "attention"),
+                  key=lambda leaf: leaf.attr("window"))
+    assert [a.attr("window") for a in attn] == [0, 16]
+    assert attn[0].cost[FLOPS_MATRIX] == 2 * 4 * 101 * 64
+    assert attn[1].cost[FLOPS_MATRIX] == 2 * 4 * 16 * 64
+
+
+def test_logits_only_for_the_last_position_in_prefill(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=3, new_tokens=20)
+    lm = [leaf for leaf in _leaves(lower(cap).graph) if leaf.attr("module") == "lm_head"]
+    assert len(lm) == 1 and lm[0].cost[FLOPS_MATRIX] == 2 * 3 * 256 * 1000
+
+
+def test_moe_balanced_routing_reads_only_used_experts(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_DEEPSEEK)), batch=1, new_tokens=1, past=8, decode=True)
+    moe = [leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "grouped_matmul"][0]
+    assert moe.attr("routing") == "balanced"
+    per_expert = (2 * 64 * 256 + 256 * 64) * 2  # gate_up + down, bf16
+    # 1 token × top-4: 4 of 16 experts' weights are read; 2·T·k·params FLOPs
+    assert moe.cost[FLOPS_MATRIX] == 2 * 1 * 4 * (2 * 64 * 256 + 256 * 64)
+    assert moe.cost[BYTES_HBM] == 4 * per_expert + 2 * 256 * 2 + 4 * 8
+
+
+def test_mla_decode_is_absorbed_and_caches_the_latent(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_DEEPSEEK)), batch=2, new_tokens=1, past=30, decode=True)
+    attn = [leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "attention"][0]
+    q, k, v = attn.inputs[:3]
+    assert (q.shape[-1], k.shape[1], k.shape[-1], v.shape[-1]) == (64 + 16, 1, 64 + 16, 64)
+    assert attn.attr("shared_kv")
+
+
+def test_unknown_ops_are_reported_not_zero():
+    meta = TensorMeta((sympy.Integer(4),), "bf16", False, 0)
+    cap = Capture([OpRecord("aten.frobnicate.default", (meta,), (meta,), (), "x", None),
+                   OpRecord("aten.view.default", (meta,), (meta,), (), "x", None)], [], {}, set())
+    low = lower(cap)
+    assert low.unknown == {("aten.frobnicate.default", "4"): 1}
+    assert low.free == {"view": 1}
+    assert low.graph.ops == ()
+
+
+def _leaves(graph):
+    from perfcast.ir import leaves
+
+    return leaves(graph)
