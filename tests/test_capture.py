@@ -144,3 +144,16 @@ def _leaves(graph):
     from perfcast.ir import leaves
 
     return leaves(graph)
+
+
+def test_fusion_keeps_flops_and_cuts_traffic_and_kernels(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=2, new_tokens=16)
+    fused, plain = lower(cap), lower(cap, fusion=False)
+    f, p = totals(fused.graph), totals(plain.graph)
+    assert f[FLOPS_MATRIX] == p[FLOPS_MATRIX] and f[FLOPS_VECTOR] == p[FLOPS_VECTOR]
+    assert f[BYTES_HBM] < p[BYTES_HBM]
+    kinds = [leaf.kind for leaf in _leaves(fused.graph)]
+    assert "fused" in kinds and len(kinds) < len(_leaves(plain.graph))
+    # RMSNorm as one kernel: reads x (bf16) and the weight, writes the normalised x.
+    norm = [leaf for leaf in _leaves(fused.graph) if leaf.attr("module").endswith("layers.0.input_layernorm")][0]
+    assert norm.cost[BYTES_HBM] == 2 * 16 * 256 * 2 + 256 * 2 + 2 * 16 * 256 * 2

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import sympy
 
 from perfcast.capture.build import Capture
-from perfcast.capture.record import OpRecord, TensorMeta
-from perfcast.ir import Graph, Leaf, Loop, Tensor, make_leaf
+from perfcast.capture.record import OpRecord, TensorMeta, storage_roots
+from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, make_leaf
 
 # Quantization schemes: (weight dtype, activation/compute dtype or None = the model's dtype).
 QUANTIZATION: dict[str, tuple[str, str | None]] = {
@@ -76,6 +76,11 @@ def op_packet(op: str) -> str:
     return parts[1] if len(parts) >= 2 else op
 
 
+#: Kinds a serving engine runs fused between GEMMs (RMSNorm + residual, rotary, SiLU·mul,
+#: router softmax/top-k: vLLM's custom ops, torch.compile/Inductor's pointwise fusion).
+FUSIBLE = frozenset({"elementwise", "copy", "memset", "reduction", "softmax", "norm", "topk"})
+
+
 @dataclass
 class Lowered:
     graph: Graph
@@ -90,8 +95,24 @@ class _Lowerer:
     quantize: str | None
     model_dtype: str
     kv_dtype: str | None = None
+    fusion: bool = True
     unknown: Counter = field(default_factory=Counter)
     free: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        records = self.capture.records
+        self.root = storage_roots(records, FREE)
+        self.position = {id(r): i for i, r in enumerate(records)}
+        self.last_read: dict[int, int] = {}
+        self.meta: dict[int, TensorMeta] = {}
+        for i, r in enumerate(records):
+            for t in r.inputs:
+                self.last_read[self._key(t)] = i
+            for t in (*r.inputs, *r.outputs):
+                self.meta.setdefault(self._key(t), t)
+
+    def _key(self, t: TensorMeta) -> int:
+        return self.root.get(t.uid, t.uid)
 
     def expr(self, e) -> sympy.Expr:
         """``e`` with ShapeEnv symbols (``s0``, …) renamed to the capture's dims (B, S, C)."""
@@ -138,8 +159,45 @@ class _Lowerer:
         attrs["compute_dtype"] = act or self.model_dtype
 
     def graph(self, records: list[OpRecord], name: str) -> Graph:
-        ops = [leaf for i, r in enumerate(records) if (leaf := self.leaf(r, i)) is not None]
+        ops: list[Leaf] = []
+        run: list[tuple[OpRecord, Leaf]] = []
+        for i, r in enumerate(records):
+            leaf = self.leaf(r, i)
+            if leaf is None:
+                continue  # free ops neither cost nor break a fused run
+            if self.fusion and leaf.kind in FUSIBLE:
+                run.append((r, leaf))
+                continue
+            ops.extend(self.fuse(run))
+            run = []
+            ops.append(leaf)
+        ops.extend(self.fuse(run))
         return Graph(name, tuple(ops))
+
+    def fuse(self, run: list[tuple[OpRecord, Leaf]]) -> list[Leaf]:
+        """One kernel for a run of memory-bound ops: it reads what the run consumes from outside
+        and writes what is read after it; intermediates never reach HBM."""
+        if len(run) < 2:
+            return [leaf for _, leaf in run]
+        produced = {self._key(o) for r, _ in run for o in r.outputs}
+        end = self.position[id(run[-1][0])]
+        ins: dict[int, TensorMeta] = {}
+        for r, _ in run:
+            for t in r.inputs:
+                k = self._key(t)
+                if k not in produced:
+                    ins.setdefault(k, t)
+        outs = [k for k in dict.fromkeys(self._key(o) for r, _ in run for o in r.outputs)
+                if self.last_read.get(k, -1) > end]
+        first = run[0][1]
+        name = first.name.rsplit("/", 1)[0] + f"/fused#{first.name.rsplit('#', 1)[1]}"
+        packets = list(dict.fromkeys(op_packet(r.op) for r, _ in run))
+        flops = sum((leaf.cost.get(FLOPS_VECTOR) for _, leaf in run), sympy.Integer(0))
+        return [make_leaf("fused", name,
+                          [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(ins.values())],
+                          [self.tensor(f"{name}:out{i}", self.meta[k]) for i, k in enumerate(outs)],
+                          op="fused[" + "+".join(packets) + "]", module=run[0][0].module,
+                          flops=flops, members=len(run))]
 
 
 def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
@@ -174,11 +232,11 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
 
 
 def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
-          kv_dtype: str | None = None, name: str = "model") -> Lowered:
+          kv_dtype: str | None = None, fusion: bool = True, name: str = "model") -> Lowered:
     """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``."""
     if quantize is not None and quantize not in QUANTIZATION:
         raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
-    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype)
+    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion)
     by_layer: dict[int, list[OpRecord]] = {}
     head, tail = [], []
     for rec in capture.records:

@@ -110,3 +110,17 @@ def _scalar(a):
     if isinstance(a, (int, float, bool, str)) or a is None:
         return a
     return str(a)
+
+
+def storage_roots(records: list[OpRecord], free: frozenset[str]) -> dict[int, int]:
+    """Tensor uid → uid of the tensor whose storage it shares: a view op's (an op in ``free``)
+    output aliases its first non-parameter input."""
+    root: dict[int, int] = {}
+    for r in records:
+        ins = [t for t in r.inputs if not t.is_param]
+        for t in ins:
+            root.setdefault(t.uid, t.uid)
+        view = r.op.split(".")[1] in free if "." in r.op else False
+        for o in r.outputs:
+            root[o.uid] = root[ins[0].uid] if view and ins else root.get(o.uid, o.uid)
+    return root

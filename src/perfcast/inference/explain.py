@@ -21,7 +21,7 @@ def symbolic_step(req):
                   past=HINTS["past"] if (req.decode or req.context_length) else 0,
                   decode=req.decode, symbolic=True, reroll=req.reroll)
     low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                name=req.model.name)
+                fusion=req.fusion, name=req.model.name)
     return cap, low, rollup(low.graph, AnalyticPerformanceModel(req.device))
 
 

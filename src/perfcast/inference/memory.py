@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from perfcast.capture import FREE, Capture, Lowered, op_packet
+from perfcast.capture import FREE, Capture, Lowered
+from perfcast.capture.record import storage_roots
 from perfcast.capture.lower import QUANTIZATION
 from perfcast.ir import Leaf, itemsize, walk
 from perfcast.ir.rules import attended_keys, cache_entry_bytes
@@ -83,22 +84,13 @@ def kv_cache(lowered: Lowered, point: dict) -> tuple[int, int]:
 
 def activation_peak(capture: Capture, subs: dict) -> int:
     """Peak bytes of live non-parameter tensors over the captured op sequence."""
-    root: dict[int, int] = {}
+    records = capture.records
+    root = storage_roots(records, FREE)
     size: dict[int, int] = {}
     last: dict[int, int] = {}
-    records = capture.records
     for i, r in enumerate(records):
-        ins = [t for t in r.inputs if not t.is_param]
-        for t in ins:
-            root.setdefault(t.uid, t.uid)
+        for t in (*[t for t in r.inputs if not t.is_param], *r.outputs):
             size.setdefault(root[t.uid], _nbytes(t, subs))
-        for o in r.outputs:
-            if op_packet(r.op) in FREE and ins:
-                root[o.uid] = root[ins[0].uid]
-            else:
-                root.setdefault(o.uid, o.uid)
-                size.setdefault(root[o.uid], _nbytes(o, subs))
-        for t in (*ins, *r.outputs):
             last[root[t.uid]] = i
     live, peak, born = 0, 0, set()
     ends: dict[int, list[int]] = {}

@@ -34,6 +34,7 @@ class Request:
     kv_dtype: str | None = None
     performance_models: tuple[str, ...] = ("analytic",)
     reroll: bool = True
+    fusion: bool = True
     memory_utilization: float = 0.9
 
     def validate(self) -> None:
@@ -103,7 +104,7 @@ def simulate(req: Request) -> Result:
                   past=req.context_length, decode=req.decode, reroll=req.reroll)
     t1 = time.perf_counter()
     low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                name=req.model.name)
+                fusion=req.fusion, name=req.model.name)
     rollups, evals = {}, {}
     for name in req.performance_models:
         r = rollup(low.graph, make_model(name, req.device))
@@ -137,5 +138,7 @@ def _notes(req: Request, low, cfg) -> list[str]:
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))
-    notes.append("each captured op is one kernel (no fusion); leaves are summed without overlap")
+    notes.append("runs of memory-bound ops between GEMMs are fused into one kernel each"
+                 if req.fusion else "each captured op is one kernel (--no-fusion)")
+    notes.append("kernels run one after another: no overlap between them is assumed")
     return notes

@@ -258,3 +258,10 @@ def _grouped_matmul(inputs, outputs, attrs) -> Cost:
     weight_bytes = active * (gate_up.nbytes + down.nbytes) / experts
     return Cost({FLOPS_MATRIX: 2 * tokens * top_k * per_expert,
                  BYTES_HBM: weight_bytes + hidden.nbytes + index.nbytes + _bytes(outputs)})
+
+
+@register("fused")
+def _fused(inputs, outputs, attrs) -> Cost:
+    """A run of memory-bound ops executed as one kernel: intermediates stay on chip, so HBM
+    traffic is the run's external inputs and outputs; FLOPs are the members' sum (``flops``)."""
+    return Cost({FLOPS_VECTOR: attrs.get("flops", 0), BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
