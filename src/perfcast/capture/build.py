@@ -13,14 +13,14 @@ each group runs; the lowering rolls it into ``Loop(count, layer)``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import importlib
 import types
 from dataclasses import dataclass, field
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from perfcast.capture import serving
@@ -75,38 +75,51 @@ def group_layers(layers) -> list[LayerGroup]:
 
 
 def hf_config(model: ModelConfig):
-    """The transformers config object of a catalog/path config; errors name the file."""
-    from transformers import AutoConfig
+    """The transformers config object of a catalog/path config; errors name the file.
+    The config class is looked up for its model type alone (not through AutoConfig, which
+    indexes every architecture transformers has)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     data = dict(model.data)
     try:
-        return AutoConfig.for_model(data.pop("model_type"), **data)
+        return CONFIG_MAPPING[data.pop("model_type")](**data)
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"{model.path}: not a valid {model.model_type} config: {e}") from None
 
 
-def build_model(config, dtype: str, fake: FakeTensorMode):
-    from transformers import AutoModelForCausalLM
+def build_model(config, dtype: str):
+    """The causal LM on the meta device: every parameter has a shape and a dtype, none has
+    storage or values (weights are never initialised)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     serving.register()
     config = copy.deepcopy(config)
     # Quantization is perfcast's own (--quantize); a checkpoint's quantizer is not run.
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    with fake, _no_init():
-        model = AutoModelForCausalLM.from_config(
-            config, dtype=TORCH_DTYPES[dtype], attn_implementation=serving.IMPL,
-            experts_implementation=serving.IMPL)
+    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+    cls = getattr(module, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+    with torch.device("meta"):
+        model = cls._from_config(config, dtype=TORCH_DTYPES[dtype], attn_implementation=serving.IMPL,
+                                 experts_implementation=serving.IMPL)
     return model.eval()
 
 
-@contextlib.contextmanager
-def _no_init():
-    """Skip weight initialisation: fake weights have no values to initialise."""
-    from transformers import modeling_utils
-
-    with modeling_utils.no_init_weights() if hasattr(modeling_utils, "no_init_weights") else contextlib.nullcontext():
-        yield
+def _fake_parameters(modules, fake: FakeTensorMode) -> set[int]:
+    """Replace the parameters of ``modules`` by fake tensors (shape and dtype only); returns
+    their ids, so the recorder can tell weight traffic from activations."""
+    ids = set()
+    for mod in modules:
+        for sub in mod.modules():
+            for name, p in list(sub._parameters.items()):
+                if p is not None and not isinstance(p, FakeTensor):
+                    sub._parameters[name] = torch.nn.Parameter(fake.from_tensor(p, static_shapes=True), requires_grad=False)
+                if sub._parameters[name] is not None:
+                    ids.add(id(sub._parameters[name]))
+            for name, b in list(sub._buffers.items()):
+                if b is not None and not isinstance(b, FakeTensor):
+                    sub._buffers[name] = fake.from_tensor(b, static_shapes=True)
+    return ids
 
 
 def _linear_params(model) -> set[str]:
@@ -143,7 +156,7 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     sizes are then only hints."""
     shape_env = ShapeEnv(duck_shape=False) if symbolic else None
     fake = FakeTensorMode(shape_env=shape_env)
-    model = build_model(config, dtype, fake)
+    model = build_model(config, dtype)
     inner = model.model
     layers = list(inner.layers)
     for mod in model.modules():
@@ -153,26 +166,28 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
 
     symbols: dict[str, sympy.Symbol] = {}
     with fake:
-        ids = torch.zeros((batch, new_tokens), dtype=torch.int64)
-        holder = torch.empty((past,), dtype=torch.int8) if (past or decode) else None
+        ids = torch.zeros((batch, new_tokens), dtype=torch.int64, device="meta")
+        holder = torch.empty((past,), dtype=torch.int8, device="meta") if (past or decode) else None
     if symbolic:
         dyn = [DimDynamic.DYNAMIC, DimDynamic.DYNAMIC if not decode else DimDynamic.STATIC]
-        ids = fake.from_tensor(torch.zeros((batch, new_tokens), dtype=torch.int64),
+        ids = fake.from_tensor(torch.zeros((batch, new_tokens), dtype=torch.int64, device="meta"),
                                symbolic_context=StatelessSymbolicContext(dynamic_sizes=dyn))
         symbols[str(size_expr(ids.shape[0]))] = dim("B")
         if not decode:
             symbols[str(size_expr(ids.shape[1]))] = dim("S")
         if holder is not None:
-            holder = fake.from_tensor(torch.empty((past,), dtype=torch.int8),
+            holder = fake.from_tensor(torch.empty((past,), dtype=torch.int8, device="meta"),
                                       symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC]))
             symbols[str(size_expr(holder.shape[0]))] = dim("C")
     past_len = holder.shape[0] if holder is not None else 0
     with fake:
-        positions = (torch.arange(ids.shape[1]) + past_len).unsqueeze(0)
+        positions = (torch.arange(ids.shape[1], device="meta") + past_len).unsqueeze(0)
 
     params = {n: TensorMeta(tuple(size_expr(d) for d in p.shape), dtype_name(p.dtype), True, -1)
               for n, p in model.named_parameters()}
-    recorder = Recorder(params={id(p) for p in model.parameters()})
+    used = [inner.embed_tokens, inner.rotary_emb, inner.norm, model.lm_head,
+            *(layers[g.representative] for g in groups)]
+    recorder = Recorder(params=_fake_parameters(used, fake))
     hooks = _module_tracker(model, recorder)
     try:
         with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
