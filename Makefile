@@ -12,10 +12,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/perfcast kernel flash-attention
+	$(VENV)/bin/perfcast text-generate llama-3.1-8b
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
+	$(VENV)/bin/python benchmarks/textgen_cold.py

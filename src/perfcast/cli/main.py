@@ -8,8 +8,6 @@ import sys
 from perfcast.cli.args import Parser
 from perfcast.ir import UserError
 
-COMMANDS = ("devices", "kernels", "kernel", "models", "text-generate", "explain")
-
 
 def build_parser() -> Parser:
     parser = Parser(prog="perfcast", description="Predict how fast ML models run, and how much "
