@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -91,9 +92,10 @@ def to_json(result) -> dict:
 def render(console: Console, result, top: int = 15) -> None:
     req, mem = result.request, result.memory
     doc = to_json(result)
-    phase = (f"decode · {req.num_queries} sequences × 1 new token after {req.context_length:,} cached"
+    seqs = f"{req.num_queries} sequence{'s' if req.num_queries != 1 else ''}"
+    phase = (f"decode · {seqs} × 1 new token after {req.context_length:,} cached"
              if req.decode else
-             f"prefill · {req.num_queries} sequences × {req.query_length:,} tokens"
+             f"prefill · {seqs} × {req.query_length:,} tokens"
              + (f" after {req.context_length:,} cached" if req.context_length else ""))
     quant = f" · {req.quantize}" if req.quantize else ""
     console.print(f"[bold]{req.model.name}[/] on [bold]{req.device.name}[/] · {phase} · {req.dtype}{quant}")
@@ -128,18 +130,23 @@ def render(console: Console, result, top: int = 15) -> None:
     total = doc["performance_models"][names[0]]["total_time_s"]
     for row in doc["ops"][:top]:
         t = row["time_s"][names[0]]
-        ops.add_row(row["name"], f"{row['calls']:,}", *(seconds(row["time_s"][n]) for n in names),
+        ops.add_row(escape(row["name"]), f"{row['calls']:,}", *(seconds(row["time_s"][n]) for n in names),
                     seconds(t / row["calls"]) if row["calls"] else "", row["bound"], percent(t / total) if total else "")
+    launches = {n: result.evaluations[n].launch_time_s for n in names}
+    if launches[names[0]]:
+        count = doc["performance_models"][names[0]]["kernel_launches"]
+        ops.add_row("(kernel launch latency)", f"{count:,}", *(seconds(launches[n]) for n in names),
+                    seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
     console.print(ops)
     if doc["unknown_ops"]:
         un = Table(title="Ops with no cost rule (NOT priced)", title_justify="left", style="red")
         for col in ("op", "count", "input shapes"):
             un.add_column(col)
         for u in doc["unknown_ops"]:
-            un.add_row(u["op"], str(u["count"]), u["shapes"])
+            un.add_row(escape(u["op"]), str(u["count"]), escape(u["shapes"]))
         console.print(un)
     for n in doc["notes"]:
-        console.print(f"[yellow]note:[/] {n}")
+        console.print(f"[yellow]note:[/] {escape(n)}")
 
 
 def chrome_trace(result, path: str) -> None:
