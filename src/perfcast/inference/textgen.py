@@ -118,9 +118,25 @@ def simulate(req: Request) -> Result:
         capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv,
         kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, {}),
         reserved_bytes=int(round(capacity * (1 - req.memory_utilization))), parameters=params)
-    notes = _notes(req, low, cfg)
+    notes = _notes(req, low, cfg) + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
                   {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes)
+
+
+def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
+    """What each performance model assumed on the way (uncalibrated units, rate fallbacks)."""
+    notes: list[str] = []
+    for name, r in rollups.items():
+        model = r.model
+        for unit in getattr(model, "uncalibrated", lambda: [])():
+            notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
+                         f"{unit} work priced at datasheet peak")
+        seen: dict[str, int] = {}
+        for lt in r.leaves:
+            for n in lt.result.notes:
+                seen[n] = seen.get(n, 0) + 1
+        notes.extend(f"{name}: {n} ({k} kernels)" for n, k in seen.items())
+    return notes
 
 
 def _notes(req: Request, low, cfg) -> list[str]:
