@@ -157,3 +157,19 @@ def test_fusion_keeps_flops_and_cuts_traffic_and_kernels(tmp_path):
     # RMSNorm as one kernel: reads x (bf16) and the weight, writes the normalised x.
     norm = [leaf for leaf in _leaves(fused.graph) if leaf.attr("module").endswith("layers.0.input_layernorm")][0]
     assert norm.cost[BYTES_HBM] == 2 * 16 * 256 * 2 + 256 * 2 + 2 * 16 * 256 * 2
+
+
+def test_broadcast_inputs_cost_their_stored_data(tmp_path):
+    """lm_head on the last position runs as a bmm with the weight expanded over the batch:
+    the weight is still read once."""
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=4, new_tokens=8)
+    lm = [leaf for leaf in _leaves(lower(cap).graph) if leaf.attr("module") == "lm_head"][0]
+    weight = 256 * 1000 * 2
+    assert lm.cost[BYTES_HBM] == weight + 4 * 256 * 2 + 4 * 1000 * 2
+
+
+def test_activation_peak_excludes_weights(tmp_path):
+    from perfcast.inference.memory import activation_peak
+
+    cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=1, new_tokens=1, past=4, decode=True)
+    assert activation_peak(cap, {}) < 256 * 1000 * 2  # lm_head's weight is not an activation

@@ -122,8 +122,9 @@ class _Lowerer:
             return e
         return e.xreplace({s: names[str(s)] for s in e.free_symbols if str(s) in names})
 
-    def tensor(self, name: str, t: TensorMeta, dtype: str | None = None) -> Tensor:
-        return Tensor(name, tuple(self.expr(d) for d in t.shape), dtype or t.dtype)
+    def tensor(self, name: str, t: TensorMeta, dtype: str | None = None, stored: bool = False) -> Tensor:
+        shape = t.stored_shape if stored else t.shape
+        return Tensor(name, tuple(self.expr(d) for d in shape), dtype or t.dtype)
 
     def leaf(self, rec: OpRecord, index: int) -> Leaf | None:
         packet = op_packet(rec.op)
@@ -137,7 +138,8 @@ class _Lowerer:
             return None
         name = f"{rec.module or 'model'}/{packet}#{index}"
         attrs: dict[str, object] = {"op": rec.op, "module": rec.module}
-        inputs = [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(rec.inputs)]
+        # An input read through an expanded (stride-0) view costs its stored data only.
+        inputs = [self.tensor(f"{name}:in{i}", t, stored=True) for i, t in enumerate(rec.inputs)]
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
             self._quantize(rec, inputs, attrs)

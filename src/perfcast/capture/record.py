@@ -38,6 +38,14 @@ class TensorMeta:
     dtype: str
     is_param: bool
     uid: int  # identity of the tensor's storage within one capture (for liveness)
+    broadcast: tuple[bool, ...] = ()  # dims with stride 0 (an expanded view repeats its data)
+
+    @property
+    def stored_shape(self) -> tuple[sympy.Expr, ...]:
+        """The shape of the data actually stored: broadcast dims count once."""
+        if not any(self.broadcast):
+            return self.shape
+        return tuple(sympy.Integer(1) if b else d for d, b in zip(self.shape, self.broadcast))
 
     @property
     def numel(self) -> sympy.Expr:
@@ -77,8 +85,10 @@ class Recorder(TorchDispatchMode):
         if key not in self._uids:
             self._uids[key] = len(self._uids)
             self._keep.append(t)  # keep alive so ids are not reused during the capture
+        broadcast = tuple(isinstance(s, int) and s == 0 and not (isinstance(d, int) and d == 1)
+                          for s, d in zip(t.stride(), t.shape))
         return TensorMeta(tuple(size_expr(d) for d in t.shape), dtype_name(t.dtype),
-                          key in self.params, self._uids[key])
+                          key in self.params, self._uids[key], broadcast if any(broadcast) else ())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

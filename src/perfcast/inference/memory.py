@@ -89,15 +89,18 @@ def activation_peak(capture: Capture, subs: dict) -> int:
     size: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, r in enumerate(records):
-        for t in (*[t for t in r.inputs if not t.is_param], *r.outputs):
-            size.setdefault(root[t.uid], _nbytes(t, subs))
-            last[root[t.uid]] = i
+        for t in (*r.inputs, *r.outputs):
+            if not t.is_param:
+                size.setdefault(root[t.uid], _nbytes(t, subs))
+                last[root[t.uid]] = i
     live, peak, born = 0, 0, set()
     ends: dict[int, list[int]] = {}
     for uid, i in last.items():
         ends.setdefault(i, []).append(uid)
     for i, r in enumerate(records):
-        for t in (*[t for t in r.inputs if not t.is_param], *r.outputs):
+        for t in (*r.inputs, *r.outputs):
+            if t.is_param:
+                continue
             rid = root[t.uid]
             if rid not in born:
                 born.add(rid)
