@@ -1,5 +1,7 @@
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -21,3 +23,9 @@ def cli():
         return proc
 
     return run
+
+
+def pytest_configure(config):
+    # The capture cache of the test run lives in a fresh folder (subprocesses inherit it): tests
+    # neither depend on nor pollute the user's ~/.cache/perfcast.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="perfcast-test-cache-")

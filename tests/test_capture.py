@@ -7,8 +7,8 @@ import pytest
 import sympy
 
 from perfcast.capture import capture, hf_config, lower
-from perfcast.capture.build import Capture
-from perfcast.capture.record import OpRecord, TensorMeta
+from perfcast.capture import Capture
+from perfcast.capture import OpRecord, TensorMeta
 from perfcast.inference.explain import symbolic_step
 from perfcast.inference.textgen import Request
 from perfcast.hardware import get_device
@@ -173,3 +173,25 @@ def test_activation_peak_excludes_weights(tmp_path):
 
     cap = capture(hf_config(model(tmp_path, TINY_LLAMA)), batch=1, new_tokens=1, past=4, decode=True)
     assert activation_peak(cap, {}) < 256 * 1000 * 2  # lm_head's weight is not an activation
+
+
+@pytest.mark.parametrize("data", [TINY_LLAMA, TINY_DEEPSEEK, TINY_GPT_OSS], ids=["llama", "deepseek", "gpt-oss"])
+@pytest.mark.parametrize("decode", [False, True])
+def test_cached_symbolic_capture_lowers_to_the_concrete_graph(tmp_path, monkeypatch, data, decode):
+    from perfcast.capture.cache import symbolic_capture, valid_at
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    m = model(tmp_path, data)
+    sym, hit = symbolic_capture(m, dtype="bf16", decode=decode, context=decode)
+    assert not hit and symbolic_capture(m, dtype="bf16", decode=decode, context=decode)[1]
+    b, s, c = 5, 17, 33
+    point = {dim("B"): b, dim("S"): s, dim("C"): c}
+    assert valid_at(sym, point) and not valid_at(sym, {**point, dim("B"): 1})
+    concrete = lower(capture(hf_config(m), batch=b, new_tokens=1 if decode else s,
+                             past=c if decode else 0, decode=decode))
+    at_point = lower(sym, point=point)
+    assert totals(at_point.graph) == totals(concrete.graph)
+    def structure(g):
+        return [(leaf.kind, leaf.attr("module"), leaf.cost) for leaf in _leaves(g)]
+
+    assert structure(at_point.graph) == structure(concrete.graph)

@@ -160,3 +160,29 @@ def test_bad_config_files(cli, tmp_path):
     bad.write_text(json.dumps({"hidden_size": 1}))
     proc = cli("text-generate", str(bad))
     assert proc.returncode == 2 and "key 'model_type'" in proc.stderr
+
+
+def test_cached_capture_is_used_without_torch(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    code = ("import sys, json, contextlib, io\n"
+            "from perfcast.cli.main import main\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            "    main(['text-generate', 'qwen3-8b', '--decode', '--num-queries', '4', '--context-length', '64', '--json'])\n"
+            "doc = json.loads(out.getvalue())\n"
+            "print(doc['capture'], 'torch' in sys.modules, doc['performance_models']['analytic']['total_time_s'])\n")
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert first[:3] == ["symbolic", "capture", "True"]
+    assert second[:4] == ["symbolic", "capture", "(cached)", "False"]  # no torch import at all
+    assert first[-1] == second[-1]
+
+
+def test_batch_of_one_is_captured_concretely():
+    r = simulate(Request(load_model_config("qwen3-8b"), get_device("h100-sxm"), num_queries=1,
+                         context_length=64, decode=True))
+    assert r.capture_source == "concrete capture"

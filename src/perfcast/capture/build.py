@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import importlib
 import types
-from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -24,37 +23,12 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from perfcast.capture import serving
-from perfcast.capture.record import OpRecord, Recorder, TensorMeta, dtype_name, size_expr
+from perfcast.capture.record import Recorder, dtype_name, size_expr
+from perfcast.capture.types import Capture, LayerGroup, TensorMeta
 from perfcast.ir import UserError, dim
 from perfcast.models import ModelConfig
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-@dataclass(frozen=True)
-class LayerGroup:
-    """Decoder layers that share one structure: ``indices`` in model order, captured once as
-    ``representative``."""
-
-    signature: tuple
-    indices: tuple[int, ...]
-
-    @property
-    def representative(self) -> int:
-        return self.indices[0]
-
-    @property
-    def count(self) -> int:
-        return len(self.indices)
-
-
-@dataclass
-class Capture:
-    records: list[OpRecord]
-    groups: list[LayerGroup]
-    params: dict[str, TensorMeta]  # parameter name → metadata (all layers, not only captured ones)
-    linear_params: set[str]  # parameters that are matmul weights (quantizable)
-    symbols: dict[str, sympy.Symbol] = field(default_factory=dict)  # canonical name → dim
 
 
 def layer_signature(layer: torch.nn.Module) -> tuple:
@@ -207,4 +181,9 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     finally:
         for hk in hooks:
             hk.remove()
-    return Capture(recorder.records, groups, params, _linear_params(model), symbols)
+    guards = ()
+    if shape_env is not None:
+        names = {s: symbols[str(s)] for g in shape_env.guards for s in g.expr.free_symbols
+                 if str(s) in symbols}
+        guards = tuple(g.expr.xreplace(names) for g in shape_env.guards)
+    return Capture(recorder.records, groups, params, _linear_params(model), symbols, guards)

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from perfcast.capture.build import Capture
-from perfcast.capture.record import OpRecord, TensorMeta, storage_roots
+from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, make_leaf
 
 # Quantization schemes: (weight dtype, activation/compute dtype or None = the model's dtype).
@@ -96,6 +95,7 @@ class _Lowerer:
     model_dtype: str
     kv_dtype: str | None = None
     fusion: bool = True
+    point: dict = field(default_factory=dict)  # dim → value: lower a symbolic capture at a point
     unknown: Counter = field(default_factory=Counter)
     free: Counter = field(default_factory=Counter)
 
@@ -120,7 +120,8 @@ class _Lowerer:
         names = self.capture.symbols
         if not names or not e.free_symbols:
             return e
-        return e.xreplace({s: names[str(s)] for s in e.free_symbols if str(s) in names})
+        e = e.xreplace({s: names[str(s)] for s in e.free_symbols if str(s) in names})
+        return e.xreplace(self.point) if self.point else e
 
     def tensor(self, name: str, t: TensorMeta, dtype: str | None = None, stored: bool = False) -> Tensor:
         shape = t.stored_shape if stored else t.shape
@@ -234,11 +235,13 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
 
 
 def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
-          kv_dtype: str | None = None, fusion: bool = True, name: str = "model") -> Lowered:
-    """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``."""
+          kv_dtype: str | None = None, fusion: bool = True, point: dict | None = None,
+          name: str = "model") -> Lowered:
+    """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``. ``point``
+    (dim → value) evaluates a symbolic capture's sizes while lowering."""
     if quantize is not None and quantize not in QUANTIZATION:
         raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
-    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion)
+    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}))
     by_layer: dict[int, list[OpRecord]] = {}
     head, tail = [], []
     for rec in capture.records:

@@ -14,6 +14,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from perfcast.capture.types import OpRecord, TensorMeta
+
 _DTYPES = {
     torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
     torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8", torch.int8: "int8", torch.uint8: "int8",
@@ -30,39 +32,6 @@ def size_expr(d) -> sympy.Expr:
     if isinstance(d, torch.SymInt):
         return sympy.sympify(d.node.expr)
     return sympy.Integer(int(d))
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    shape: tuple[sympy.Expr, ...]
-    dtype: str
-    is_param: bool
-    uid: int  # identity of the tensor's storage within one capture (for liveness)
-    broadcast: tuple[bool, ...] = ()  # dims with stride 0 (an expanded view repeats its data)
-
-    @property
-    def stored_shape(self) -> tuple[sympy.Expr, ...]:
-        """The shape of the data actually stored: broadcast dims count once."""
-        if not any(self.broadcast):
-            return self.shape
-        return tuple(sympy.Integer(1) if b else d for d, b in zip(self.shape, self.broadcast))
-
-    @property
-    def numel(self) -> sympy.Expr:
-        n = sympy.Integer(1)
-        for d in self.shape:
-            n *= d
-        return n
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    op: str  # e.g. "aten.mm.default", "perfcast.attention.default"
-    inputs: tuple[TensorMeta, ...]
-    outputs: tuple[TensorMeta, ...]
-    scalars: tuple[object, ...]
-    module: str
-    layer: int | None
 
 
 @dataclass
@@ -121,16 +90,3 @@ def _scalar(a):
         return a
     return str(a)
 
-
-def storage_roots(records: list[OpRecord], free: frozenset[str]) -> dict[int, int]:
-    """Tensor uid → uid of the tensor whose storage it shares: a view op's (an op in ``free``)
-    output aliases its first non-parameter input."""
-    root: dict[int, int] = {}
-    for r in records:
-        ins = [t for t in r.inputs if not t.is_param]
-        for t in ins:
-            root.setdefault(t.uid, t.uid)
-        view = r.op.split(".")[1] in free if "." in r.op else False
-        for o in r.outputs:
-            root[o.uid] = root[ins[0].uid] if view and ins else root.get(o.uid, o.uid)
-    return root

@@ -22,6 +22,8 @@ def _common(p) -> None:
                    help="weight (and activation) quantization of the matmuls")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp32", "fp8", "int8"),
                    help="KV cache dtype (default: the model dtype)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="capture afresh instead of reusing the cached symbolic capture")
     p.add_argument("--no-fusion", action="store_true",
                    help="one kernel per captured op (default: fuse memory-bound runs between GEMMs)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -66,7 +68,8 @@ def _request(args, **extra):
     return Request(model=load_model_config(args.model),
                    device=resolve_device(args.device, args.device_file),
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
-                   kv_dtype=args.kv_cache_dtype, fusion=not args.no_fusion, **extra)
+                   kv_dtype=args.kv_cache_dtype, fusion=not args.no_fusion,
+                   cache=not args.no_cache, **extra)
 
 
 def run(args) -> int:

@@ -1,25 +1,19 @@
 """Symbolic capture of a text-generation step: closed forms in batch ``B``, new tokens ``S``
-(prefill) and context ``C`` (decode, or prefill after a cached prefix).
-
-The hints given to the ShapeEnv (3 sequences, 5 new tokens, 7 cached) are distinct and above 1
-so that no two sizes share a symbol and no size is specialised to 0 or 1."""
+(prefill) and context ``C`` (decode, or prefill after a cached prefix). The capture comes from
+the capture cache (:mod:`perfcast.capture.cache`), which captures it once per model and phase."""
 
 from __future__ import annotations
 
-from perfcast.capture import capture, hf_config, lower
+from perfcast.capture import cache, lower
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.rollup import rollup
 
-HINTS = {"batch": 3, "new_tokens": 5, "past": 7}
-
-
 def symbolic_step(req):
-    """(lowered graph, fast roll-up) of the step with symbolic sizes."""
+    """(capture, lowered graph, fast roll-up) of the step with symbolic sizes."""
     req.validate()
-    cap = capture(hf_config(req.model), dtype=req.dtype, batch=HINTS["batch"],
-                  new_tokens=1 if req.decode else HINTS["new_tokens"],
-                  past=HINTS["past"] if (req.decode or req.context_length) else 0,
-                  decode=req.decode, symbolic=True, reroll=req.reroll)
+    cap, _ = cache.symbolic_capture(req.model, dtype=req.dtype, decode=req.decode,
+                                    context=bool(req.decode or req.context_length),
+                                    reroll=req.reroll, use_cache=req.cache)
     low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
                 fusion=req.fusion, name=req.model.name)
     return cap, low, rollup(low.graph, AnalyticPerformanceModel(req.device))

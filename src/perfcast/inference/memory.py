@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from perfcast.capture import FREE, Capture, Lowered
-from perfcast.capture.record import storage_roots
-from perfcast.capture.lower import QUANTIZATION
+from perfcast.capture.lower import FREE, QUANTIZATION, Lowered
+from perfcast.capture.types import Capture, storage_roots
 from perfcast.ir import Leaf, itemsize, walk
 from perfcast.ir.rules import attended_keys, cache_entry_bytes
 
@@ -82,8 +81,11 @@ def kv_cache(lowered: Lowered, point: dict) -> tuple[int, int]:
     return int(sympy.sympify(total).subs(point)), int(sympy.sympify(per_token).subs(point))
 
 
-def activation_peak(capture: Capture, subs: dict) -> int:
-    """Peak bytes of live non-parameter tensors over the captured op sequence."""
+def activation_peak(capture: Capture, point: dict | None = None) -> int:
+    """Peak bytes of live non-parameter tensors over the captured op sequence (a symbolic
+    capture is evaluated at ``point``, dim → value)."""
+    names = {k: (point or {}).get(v) for k, v in capture.symbols.items()}
+    subs = {"names": {k: v for k, v in names.items() if v is not None}}
     records = capture.records
     root = storage_roots(records, FREE)
     size: dict[int, int] = {}
@@ -112,5 +114,7 @@ def activation_peak(capture: Capture, subs: dict) -> int:
 
 
 def _nbytes(t, subs) -> int:
-    n = t.numel * itemsize(t.dtype)
-    return int(sympy.sympify(n).subs(subs)) if subs else int(n)
+    n = sympy.sympify(t.numel * itemsize(t.dtype))
+    if n.free_symbols:
+        n = n.xreplace({s: subs["names"][str(s)] for s in n.free_symbols if str(s) in subs["names"]})
+    return int(n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from perfcast.capture import QUANTIZATION, capture, hf_config, lower
+from perfcast.capture import QUANTIZATION, Capture, cache, lower
 from perfcast.hardware import Device
 from perfcast.inference import memory
 from perfcast.ir import UserError, dim
@@ -35,6 +35,7 @@ class Request:
     performance_models: tuple[str, ...] = ("analytic",)
     reroll: bool = True
     fusion: bool = True
+    cache: bool = True
     memory_utilization: float = 0.9
 
     def validate(self) -> None:
@@ -80,6 +81,7 @@ class Result:
     memory: memory.MemoryReport
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    capture_source: str = "concrete capture"
 
     def tokens_per_s_per_device(self, name: str) -> float:
         t = self.evaluations[name].time_s
@@ -96,15 +98,33 @@ def point(req: Request) -> dict:
     return {dim("B"): req.num_queries, dim("S"): req.new_tokens, dim("C"): req.context_length}
 
 
+def step_capture(req: Request) -> tuple[Capture, dict | None, str]:
+    """The capture for the request: the cached symbolic capture evaluated at the request's
+    point when it is exact there, else a fresh concrete capture. Returns (capture, the point to
+    lower it at or None, how it was obtained)."""
+    pt = point(req)
+    context = req.decode or req.context_length > 0
+    symbolic_dims = [dim("B")] + ([] if req.decode else [dim("S")]) + ([dim("C")] if context else [])
+    if req.cache and all(pt[d] >= 2 for d in symbolic_dims):
+        sym, hit = cache.symbolic_capture(req.model, dtype=req.dtype, decode=req.decode,
+                                          context=context, reroll=req.reroll)
+        if cache.valid_at(sym, pt):
+            return sym, pt, "symbolic capture (cached)" if hit else "symbolic capture"
+    from perfcast.capture import capture, hf_config
+
+    cap = capture(hf_config(req.model), dtype=req.dtype, batch=req.num_queries,
+                  new_tokens=req.new_tokens, past=req.context_length, decode=req.decode,
+                  reroll=req.reroll)
+    return cap, None, "concrete capture"
+
+
 def simulate(req: Request) -> Result:
     req.validate()
     t0 = time.perf_counter()
-    cfg = hf_config(req.model)
-    cap = capture(cfg, dtype=req.dtype, batch=req.num_queries, new_tokens=req.new_tokens,
-                  past=req.context_length, decode=req.decode, reroll=req.reroll)
+    cap, at, how = step_capture(req)
     t1 = time.perf_counter()
     low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                fusion=req.fusion, name=req.model.name)
+                fusion=req.fusion, point=at, name=req.model.name)
     rollups, evals = {}, {}
     for name in req.performance_models:
         r = rollup(low.graph, make_model(name, req.device))
@@ -116,11 +136,11 @@ def simulate(req: Request) -> Result:
     capacity = int(req.device.hbm_capacity_bytes)
     mem = memory.MemoryReport(
         capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv,
-        kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, {}),
+        kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, at),
         reserved_bytes=int(round(capacity * (1 - req.memory_utilization))), parameters=params)
-    notes = _notes(req, low, cfg) + _pricing_notes(rollups)
+    notes = _notes(req, low) + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
-                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes)
+                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how)
 
 
 def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
@@ -139,12 +159,12 @@ def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
     return notes
 
 
-def _notes(req: Request, low, cfg) -> list[str]:
+def _notes(req: Request, low) -> list[str]:
     notes = []
-    experts = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None) or \
-        getattr(cfg, "n_routed_experts", None)
+    cfg = req.model.data
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     if experts:
-        k = getattr(cfg, "num_experts_per_tok", None)
+        k = cfg.get("num_experts_per_tok")
         notes.append(f"MoE routing: balanced — each of {experts} experts receives tokens·{k}/{experts} "
                      f"tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
     qc = req.model.data.get("quantization_config")

@@ -84,6 +84,7 @@ def to_json(result) -> dict:
         "ops": op_table(result),
         "unknown_ops": [{"op": op, "shapes": shapes, "count": n} for (op, shapes), n in low.unknown.most_common()],
         "free_ops": dict(low.free),
+        "capture": result.capture_source,
         "timings_s": result.timings_s,
         "notes": result.notes,
     }
