@@ -44,6 +44,7 @@ class Result:
     source: Provenance
     breakdown: Mapping[str, sympy.Expr] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    includes_launch: bool = False  # a measured kernel time already contains its launch cost
 
 
 class PerformanceModel(ABC):

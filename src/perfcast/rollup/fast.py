@@ -81,7 +81,10 @@ class FastRollup:
                 if v.kernel is not None and id(v.kernel) not in kernel_cost:
                     kernel_cost[id(v.kernel)] = cost(v.kernel)
                 size = kernel_cost[id(v.kernel)] if v.kernel is not None else None
-                rows.append(LeafTotal(v.path, v.op, v.trips, model.process_op(v.op, kernel=size)))
+                result = model.process_op(v.op, kernel=size)
+                rows.append(LeafTotal(v.path, v.op, v.trips, result))
+                if v.is_launch and result.includes_launch:
+                    continue  # measured: the launch is inside the measurement
             if v.is_launch:
                 launches += v.trips
         self.leaves: list[LeafTotal] = rows

@@ -1,0 +1,102 @@
+"""The empirical performance model: measured kernel latencies, with an explicit fallback.
+
+``EmpiricalPerformanceModel(device, data_source, fallback=None)`` asks its data source for each
+leaf; a hit is priced at the measured (or interpolated, or partially measured) latency, labelled
+so; a miss goes to the fallback — the analytic model unless another is given, created on first
+use — and is recorded with its reason, so reports can list the missed ops by time. Nothing is
+ever priced at zero silently: a leaf the source does not know is a miss, not a free op.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import sympy
+
+from perfcast.hardware.device import Device, exact
+from perfcast.ir import Cost, Leaf
+from perfcast.perf.model import PerformanceModel, Provenance, Result
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A data source's answer: latency in µs, how it was obtained, and a note (which rows, which
+    interpolation, which derivation)."""
+
+    latency_us: float
+    source: Provenance
+    note: str = ""
+
+    def __post_init__(self):
+        if self.source is Provenance.ANALYTIC:
+            raise ValueError("a data source answers MEASURED, INTERPOLATED or PARTIAL, never ANALYTIC")
+        if not self.latency_us >= 0:
+            raise ValueError(f"latency must be non-negative, got {self.latency_us}")
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why a data source could not price a leaf (reported, never silent)."""
+
+    reason: str
+
+
+class DataSource(ABC):
+    @abstractmethod
+    def lookup(self, op: Leaf) -> QueryResult | Miss:
+        """Price ``op`` from data, or say why not."""
+
+
+@dataclass
+class MissRecord:
+    leaf: str
+    op: str
+    reason: str
+
+
+@dataclass
+class EmpiricalPerformanceModel(PerformanceModel):
+    device: Device
+    data_source: DataSource
+    fallback: PerformanceModel | None = None
+    name: str = "profiling"
+    misses: list[MissRecord] = field(default_factory=list)
+
+    def _fallback(self) -> PerformanceModel:
+        if self.fallback is None:
+            from perfcast.perf.analytic import AnalyticPerformanceModel
+
+            self.fallback = AnalyticPerformanceModel(self.device)
+        return self.fallback
+
+    def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
+        if _symbolic(op):
+            answer: QueryResult | Miss = Miss("symbolic shapes: a table holds concrete sizes")
+        else:
+            answer = self.data_source.lookup(op)
+        analytic = self._fallback().process_op(op, kernel)
+        if isinstance(answer, Miss):
+            self.misses.append(MissRecord(op.name, str(op.attr("op") or op.kind), answer.reason))
+            return Result(analytic.time_s, Provenance.ANALYTIC, analytic.breakdown,
+                          (*analytic.notes, f"fallback: {answer.reason}"))
+        t = exact(answer.latency_us) / 10**6
+        # The bound label comes from the analytic terms, scaled so the largest equals the
+        # measured time: which resource limits the kernel, at the measured speed.
+        scale = t / analytic.time_s if analytic.time_s else sympy.Integer(1)
+        breakdown = {k: v * scale for k, v in analytic.breakdown.items()} or {"latency.measured": t}
+        return Result(t, answer.source, breakdown, (answer.note,) if answer.note else (),
+                      includes_launch=True)
+
+    def launch_overhead(self) -> Result:
+        return self._fallback().launch_overhead()
+
+    def realize(self, expr):
+        return self._fallback().realize(expr)
+
+    def numpy_functions(self):
+        return self._fallback().numpy_functions()
+
+
+def _symbolic(op: Leaf) -> bool:
+    return any(not sympy.sympify(d).is_number for t in (*op.inputs, *op.outputs) for d in t.shape)

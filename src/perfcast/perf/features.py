@@ -1,0 +1,72 @@
+"""What a measured table can be keyed on, read off a leaf: one feature function per leaf kind.
+
+Feature names are the column names a profiling database may use (``M``, ``N``, ``K``,
+``batch``, ``kv_len``, ``shape``, ``dtype``, …); a table's key is the tuple of its key columns'
+features. A feature a leaf kind does not have is absent, and a table that needs it misses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+
+from perfcast.ir import Leaf
+
+Features = dict[str, object]
+_FEATURES: dict[str, Callable[[Leaf], Features]] = {}
+
+
+def register(*kinds: str):
+    def deco(fn):
+        for k in kinds:
+            if k in _FEATURES:
+                raise ValueError(f"features for leaf kind {k!r} already registered")
+            _FEATURES[k] = fn
+        return fn
+
+    return deco
+
+
+def _int(e) -> int:
+    e = sympy.sympify(e)
+    if not e.is_Integer:
+        raise ValueError(f"size {e} is not a concrete integer")
+    return int(e)
+
+
+def features(leaf: Leaf) -> Features:
+    fn = _FEATURES.get(leaf.kind, _elementwise)
+    return fn(leaf)
+
+
+@register("matmul")
+def _matmul(leaf: Leaf) -> Features:
+    out = leaf.outputs[0]
+    n = _int(out.shape[-1])
+    return {"M": _int(out.numel) // n, "N": n, "K": _int(leaf.inputs[0].shape[-1]), "dtype": leaf.dtype}
+
+
+@register("attention")
+def _attention(leaf: Leaf) -> Features:
+    q, k, v = leaf.inputs[:3]
+    s, past = _int(q.shape[2]), _int(leaf.attr("past"))
+    return {"batch": _int(q.shape[0]), "heads": _int(q.shape[1]), "kv_heads": _int(k.shape[1]),
+            "q_len": s, "kv_len": past + s, "head_dim": _int(q.shape[-1]),
+            "v_head_dim": _int(v.shape[-1]), "window": int(leaf.attr("window") or 0),
+            "dtype": leaf.dtype, "kv_dtype": k.dtype}
+
+
+@register("grouped_matmul")
+def _grouped(leaf: Leaf) -> Features:
+    hidden, gate_up = leaf.inputs[:2]
+    experts, d = int(leaf.attr("num_experts")), _int(hidden.shape[-1])
+    return {"tokens": _int(hidden.numel) // d, "hidden": d,
+            "inter": _int(gate_up.numel) // experts // d // 2, "experts": experts,
+            "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype}
+
+
+def _elementwise(leaf: Leaf) -> Features:
+    out = (leaf.outputs or leaf.inputs)[0]
+    return {"shape": "x".join(str(_int(d)) for d in out.shape), "numel": _int(out.numel),
+            "dtype": out.dtype}

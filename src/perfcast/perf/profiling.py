@@ -1,0 +1,158 @@
+"""The profiling database: ``op_mapping.yaml`` plus one ``{KernelType}.csv`` per kernel type.
+
+Layout: ``{device}/{framework}/{framework-and-library-versions}/`` holds compute kernels and the
+mapping; collectives live in ``{device}/{comm-library}/{version}/`` and are reused across
+framework versions (the mapping's ``communication`` entry points there). The schema is
+documented in ``docs/design/profiling.md``.
+
+Lookup of a leaf: its op name (``torch.ops.`` stripped) selects a mapping entry; its category
+picks the path, in the design's dispatch order — composite, communication, attention_special,
+elementwise, moe_fused, zero_cost, accepted_miss, compute (primary then alternate kernel types).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
+from perfcast.ir import Leaf, itemsize
+from perfcast.perf.empirical import DataSource, Miss, QueryResult
+from perfcast.perf.features import features
+from perfcast.perf.model import Provenance
+from perfcast.perf.tables import KernelTable
+
+Category = Literal["composite", "communication", "attention_special", "elementwise", "moe_fused",
+                   "zero_cost", "accepted_miss", "compute"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KernelSpec(_Strict):
+    file: str
+    keys: list[str] = Field(min_length=1)
+    axes: list[str] = Field(default_factory=list)
+    transform: dict[str, Literal["linear", "sqrt", "log"]] = Field(default_factory=dict)
+
+
+class OpEntry(_Strict):
+    category: Category
+    kernel_type: str | None = None
+    alternate_kernel_types: list[str] = Field(default_factory=list)
+    reason: str | None = None
+
+
+class Mapping(_Strict):
+    schema_version: Literal[1] = Field(alias="schema")
+    device: Annotated[str, Field(min_length=1)]
+    framework: Annotated[str, Field(min_length=1)]
+    version: Annotated[str, Field(min_length=1)]
+    communication: str | None = None
+    kernels: dict[str, KernelSpec]
+    ops: dict[str, OpEntry]
+
+
+def normalize(op: str) -> str:
+    """``torch.ops.aten.mm.default`` → ``aten.mm.default``."""
+    return op.removeprefix("torch.ops.")
+
+
+def load_table(root: Path, name: str, spec: KernelSpec) -> KernelTable:
+    import pandas as pd
+
+    path = root / spec.file
+    if not path.exists():
+        raise SpecError(f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing")
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # pandas raises many types for malformed files
+        raise SpecError(f"{path}: cannot read as CSV ({e})") from None
+    missing = [c for c in (*spec.keys, "latency_us") if c not in df.columns]
+    if missing:
+        raise SpecError(f"{path}: missing column {missing[0]!r} (expected {', '.join(spec.keys)}, latency_us)")
+    if (df["latency_us"] <= 0).any():
+        row = int(df.index[df["latency_us"] <= 0][0]) + 2
+        raise SpecError(f"{path}: line {row}: latency_us must be positive")
+    keys = [tuple(_cell(v) for v in r) for r in df[list(spec.keys)].itertuples(index=False, name=None)]
+    rows = dict(zip(keys, df["latency_us"].astype(float)))
+    if len(rows) != len(keys):
+        raise SpecError(f"{path}: duplicate keys ({len(keys) - len(rows)} rows repeat a key)")
+    return KernelTable(name, tuple(spec.keys), tuple(spec.axes), rows, dict(spec.transform), str(path))
+
+
+def _cell(v):
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v.item() if hasattr(v, "item") else v
+
+
+class ProfilingDataSource(DataSource):
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        mapping_path = self.root / "op_mapping.yaml"
+        if not self.root.is_dir():
+            raise SpecError(f"{self.root}: profiling database directory not found")
+        if not mapping_path.exists():
+            raise SpecError(f"{mapping_path}: missing (a profiling database needs op_mapping.yaml)")
+        self.mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
+        self.tables = {n: load_table(self.root, n, s) for n, s in self.mapping.kernels.items()}
+        for op, entry in self.mapping.ops.items():
+            for k in (entry.kernel_type, *entry.alternate_kernel_types):
+                if k is not None and k not in self.tables:
+                    raise SpecError(f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under 'kernels'")
+
+    def lookup(self, op: Leaf) -> QueryResult | Miss:
+        name = normalize(str(op.attr("op") or op.kind))
+        entry = self.mapping.ops.get(name)
+        if entry is None:
+            return Miss(f"no mapping for {name}")
+        if entry.category == "zero_cost":
+            return QueryResult(0.0, Provenance.MEASURED, f"{name}: zero cost by mapping")
+        if entry.category == "accepted_miss":
+            return QueryResult(0.0, Provenance.MEASURED, f"{name}: accepted miss: {entry.reason}")
+        if entry.category in ("composite", "communication"):
+            return Miss(f"{name}: {entry.category} lookup is not available for this leaf")
+        try:
+            feats = features(op)
+        except ValueError as e:
+            return Miss(f"{name}: {e}")
+        if entry.category == "elementwise":
+            return self._elementwise(name, entry, feats)
+        reasons = []
+        for kernel in (entry.kernel_type, *entry.alternate_kernel_types):
+            got = self._query(kernel, feats)
+            if isinstance(got, QueryResult):
+                return got
+            reasons.append(got)
+        return Miss("; ".join(reasons))
+
+    def _query(self, kernel: str, feats: dict) -> QueryResult | str:
+        table = self.tables[kernel]
+        absent = [k for k in table.keys if k not in feats]
+        if absent:
+            return f"{kernel}: the leaf has no {absent[0]!r}"
+        got = table.lookup(tuple(feats[k] for k in table.keys))
+        if isinstance(got, str):
+            return got
+        latency, how = got
+        source = Provenance.MEASURED if how == "exact" else Provenance.INTERPOLATED
+        return QueryResult(latency, source, f"{kernel}: {how}")
+
+    def _elementwise(self, name: str, entry: OpEntry, feats: dict) -> QueryResult | Miss:
+        """Exact shape and dtype; else the same output shape measured in another dtype, scaled
+        by the ratio of element sizes (a memory-bound kernel's time follows its bytes)."""
+        table = self.tables[entry.kernel_type]
+        got = self._query(entry.kernel_type, feats)
+        if isinstance(got, QueryResult):
+            return got
+        for key, latency in table.rows.items():
+            other = dict(zip(table.keys, key))
+            if all(other[k] == feats.get(k) for k in table.keys if k != "dtype"):
+                ratio = itemsize(feats["dtype"]) / itemsize(other["dtype"])
+                return QueryResult(float(latency * ratio), Provenance.INTERPOLATED,
+                                   f"{entry.kernel_type}: derived from {other['dtype']} by byte ratio {ratio}")
+        return Miss(got)

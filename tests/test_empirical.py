@@ -1,0 +1,123 @@
+"""ARCHITECTURE.md §7 WE-4 and the profiling database's dispatch and error paths."""
+
+import pytest
+import sympy
+
+from perfcast.hardware import SpecError, get_device
+from perfcast.ir import Tensor, make_leaf
+from perfcast.perf import Provenance
+from perfcast.perf.empirical import EmpiricalPerformanceModel, QueryResult
+from perfcast.perf.profiling import ProfilingDataSource
+
+MAPPING = """\
+schema: 1
+device: h200-sxm
+framework: test
+version: "0"
+kernels:
+  MatMul: {file: MatMul.csv, keys: [M, K, N, dtype], axes: [M]}
+  Mul: {file: Mul.csv, keys: [shape, dtype]}
+ops:
+  aten.mm.default: {category: compute, kernel_type: MatMul}
+  aten.mul.Tensor: {category: elementwise, kernel_type: Mul}
+  aten.view.default: {category: zero_cost}
+  aten.arange.default: {category: accepted_miss, reason: host-side index setup}
+"""
+
+
+@pytest.fixture
+def db(tmp_path):
+    (tmp_path / "op_mapping.yaml").write_text(MAPPING)
+    (tmp_path / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1024,4096,4096,bf16,50\n2048,4096,4096,bf16,90\n")
+    (tmp_path / "Mul.csv").write_text("shape,dtype,latency_us\n1024x4096,bf16,40\n")
+    return tmp_path
+
+
+def mm(m, k=4096, n=4096, dtype="bf16"):
+    a, b, c = Tensor("a", (m, k), dtype), Tensor("b", (k, n), dtype), Tensor("c", (m, n), dtype)
+    return make_leaf("matmul", f"mm{m}", (a, b), (c,), op="aten.mm.default")
+
+
+def mul(dtype):
+    x = Tensor("x", (1024, 4096), dtype)
+    return make_leaf("elementwise", "mul", (x, x), (x,), op="aten.mul.Tensor")
+
+
+@pytest.fixture
+def model(db):
+    return EmpiricalPerformanceModel(get_device("h200-sxm"), ProfilingDataSource(db))
+
+
+def test_we4_exact_hit_is_measured(model):
+    r = model.process_op(mm(1024))
+    assert r.time_s == sympy.Rational(50, 10**6) and r.source is Provenance.MEASURED
+
+
+def test_we4_between_rows_is_interpolated(model):
+    r = model.process_op(mm(1536))
+    # 50 + (90 − 50)·(1536 − 1024)/(2048 − 1024) = 70 µs
+    assert r.time_s == sympy.Rational(70, 10**6) and r.source is Provenance.INTERPOLATED
+
+
+def test_we4_outside_the_range_falls_back_with_the_reason(model):
+    r = model.process_op(mm(8192))
+    assert r.source is Provenance.ANALYTIC
+    assert any("M=8192 outside the measured range [1024, 2048]" in n for n in r.notes)
+    assert model.misses[-1].op == "aten.mm.default"
+
+
+def test_we4_elementwise_in_another_dtype_scales_by_bytes(model):
+    r = model.process_op(mul("fp32"))
+    assert r.time_s == sympy.Rational(80, 10**6) and r.source is Provenance.INTERPOLATED
+    assert "derived from bf16 by byte ratio 2" in r.notes[0]
+    assert model.process_op(mul("bf16")).time_s == sympy.Rational(40, 10**6)
+
+
+def test_zero_cost_and_accepted_miss_say_why(db):
+    src = ProfilingDataSource(db)
+    x = Tensor("x", (8,), "bf16")
+    view = make_leaf("copy", "v", (x,), (x,), op="aten.view.default")
+    arange = make_leaf("copy", "a", (x,), (x,), op="torch.ops.aten.arange.default")
+    assert src.lookup(view) == QueryResult(0.0, Provenance.MEASURED, "aten.view.default: zero cost by mapping")
+    assert "host-side index setup" in src.lookup(arange).note
+
+
+def test_unmapped_and_symbolic_ops_miss(model):
+    x = Tensor("x", (8,), "bf16")
+    r = model.process_op(make_leaf("elementwise", "e", (x,), (x,), op="aten.exp.default"))
+    assert r.source is Provenance.ANALYTIC and "no mapping for aten.exp.default" in r.notes[-1]
+    from perfcast.ir import dim
+
+    r = model.process_op(mm(dim("M")))
+    assert r.source is Provenance.ANALYTIC and "symbolic shapes" in r.notes[-1]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: (p / "MatMul.csv").unlink(), "names MatMul.csv, which is missing"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,dtype,latency_us\n1,2,bf16,3\n"), "missing column 'N'"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,0\n"), "line 2: latency_us must be positive"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,4\n1,2,3,bf16,5\n"), "duplicate keys"),
+    (lambda p: (p / "op_mapping.yaml").unlink(), "op_mapping.yaml: missing"),
+    (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("kernel_type: Mul", "kernel_type: Mull")), "kernel type 'Mull' is not under 'kernels'"),
+    (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("category: compute", "category: magic")), "ops.aten.mm.default.category"),
+])
+def test_database_errors_are_one_line(db, edit, message):
+    edit(db)
+    with pytest.raises(SpecError) as info:
+        ProfilingDataSource(db)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(SpecError, match="profiling database directory not found"):
+        ProfilingDataSource(tmp_path / "nope")
+
+
+def test_measured_leaf_includes_its_launch(model):
+    from perfcast.ir import Graph
+    from perfcast.rollup import rollup
+
+    r = rollup(Graph("g", (mm(1024), mm(8192))), model)
+    assert r.launches == 1  # only the analytic fallback kernel pays a modelled launch
+    ev = r.evaluate({})
+    assert ev.provenance_shares()["measured"] == pytest.approx(50e-6 / ev.time_s)
