@@ -121,3 +121,35 @@ def test_measured_leaf_includes_its_launch(model):
     assert r.launches == 1  # only the analytic fallback kernel pays a modelled launch
     ev = r.evaluate({})
     assert ev.provenance_shares()["measured"] == pytest.approx(50e-6 / ev.time_s)
+
+
+def test_text_generate_prices_with_both_models_side_by_side(db, cli, tmp_path):
+    import json
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+                               "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+                               "head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 4096,
+                               "tie_word_embeddings": False}))
+    # q_proj and o_proj of a 2-sequence decode: M = 2, K = N = 256.
+    (db / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n2,256,256,bf16,3.5\n4,256,256,bf16,4.5\n")
+    metrics = tmp_path / "metrics.json"
+    doc = json.loads(cli("text-generate", str(cfg), "--decode", "--context-length", "16", "--num-queries", "2",
+                         "--device", "h200-sxm", "--performance-model", "analytic", "--performance-model",
+                         "profiling", "--profiling-database", str(db), "--export-empirical-metrics",
+                         str(metrics), "--json", check=True).stdout)
+    prof = doc["performance_models"]["profiling"]
+    assert set(doc["performance_models"]) == {"analytic", "profiling"}
+    assert 0 < prof["provenance_shares_by_count"]["measured"] < 1
+    assert prof["missed_ops"] and all(m["reason"] for m in prof["missed_ops"])
+    assert all(set(op["time_s"]) == {"analytic", "profiling"} for op in doc["ops"])
+    exported = json.loads(metrics.read_text())["profiling"]
+    assert exported["provenance_by_count"] == prof["provenance_shares_by_count"]
+
+
+def test_profiling_without_a_database_is_a_clear_error(cli, tmp_path):
+    proc = cli("text-generate", "qwen3-8b", "--device", "tpu-v5e", "--performance-model", "profiling")
+    assert proc.returncode == 2 and "no profiling database for tpu-v5e" in proc.stderr
+    proc = cli("text-generate", "qwen3-8b", "--performance-model", "profiling", "--profiling-database",
+               str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "no profiling database for h100-sxm under" in proc.stderr

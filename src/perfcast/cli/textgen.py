@@ -41,7 +41,13 @@ def add_parser(sub) -> None:
     p.add_argument("--context-length", type=int, default=0,
                    help="tokens already in each sequence's KV cache (required with --decode)")
     p.add_argument("--performance-model", action="append", metavar="NAME",
-                   help="analytic (default); repeatable")
+                   help="analytic (default) or profiling (measured kernel tables); repeatable, "
+                        "several print side by side")
+    p.add_argument("--profiling-database", metavar="DIR",
+                   help="profiling database for --performance-model profiling (default: the one "
+                        "shipped for the device)")
+    p.add_argument("--export-empirical-metrics", metavar="FILE",
+                   help="write the profiling model's hits and misses as JSON")
     p.add_argument("--memory-utilization", type=float, default=0.9,
                    help="share of device memory the engine may use (default 0.9, as vLLM)")
     p.add_argument("--strict-memory", action="store_true",
@@ -78,7 +84,8 @@ def run(args) -> int:
 
     req = _request(args, num_queries=args.num_queries, query_length=args.query_length,
                    context_length=args.context_length,
-                   performance_models=tuple(args.performance_model or ("analytic",)),
+                   performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
+                   profiling_database=args.profiling_database,
                    reroll=not args.no_reroll, memory_utilization=args.memory_utilization)
     result = simulate(req)
     if args.strict_memory and not result.memory.fits:
@@ -90,6 +97,13 @@ def run(args) -> int:
             report.chrome_trace(result, args.chrome_trace)
         except OSError as e:
             raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
+    if args.export_empirical_metrics:
+        try:
+            with open(args.export_empirical_metrics, "w") as f:
+                json.dump(report.empirical_metrics(result), f, indent=2)
+        except OSError as e:
+            raise UserError(f"--export-empirical-metrics {args.export_empirical_metrics}: cannot write "
+                            f"({e.strerror})") from None
     if args.json:
         json.dump(report.to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

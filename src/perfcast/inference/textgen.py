@@ -15,10 +15,10 @@ from perfcast.hardware import Device
 from perfcast.inference import memory
 from perfcast.ir import UserError, dim
 from perfcast.models import ModelConfig
-from perfcast.perf import AnalyticPerformanceModel
+from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
 from perfcast.rollup import Evaluation, FastRollup, rollup
 
-PERFORMANCE_MODELS = ("analytic",)
+PERFORMANCE_MODELS = ("analytic", "profiling")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Request:
     quantize: str | None = None
     kv_dtype: str | None = None
     performance_models: tuple[str, ...] = ("analytic",)
+    profiling_database: str | None = None
     reroll: bool = True
     fusion: bool = True
     cache: bool = True
@@ -88,9 +89,13 @@ class Result:
         return self.request.tokens / t if t else float("inf")
 
 
-def make_model(name: str, device: Device):
+def make_model(name: str, device: Device, database: str | None = None):
     if name == "analytic":
         return AnalyticPerformanceModel(device)
+    if name == "profiling":
+        from perfcast.perf.profiling import ProfilingDataSource, find_database
+
+        return EmpiricalPerformanceModel(device, ProfilingDataSource(find_database(device.name, database)))
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 
@@ -127,7 +132,7 @@ def simulate(req: Request) -> Result:
                 fusion=req.fusion, point=at, name=req.model.name)
     rollups, evals = {}, {}
     for name in req.performance_models:
-        r = rollup(low.graph, make_model(name, req.device))
+        r = rollup(low.graph, make_model(name, req.device, req.profiling_database))
         rollups[name] = r
         evals[name] = r.evaluate({})
     t2 = time.perf_counter()

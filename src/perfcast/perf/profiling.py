@@ -56,6 +56,28 @@ class Mapping(_Strict):
     ops: dict[str, OpEntry]
 
 
+def shipped_root() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("perfcast") / "data" / "profiling"))
+
+
+def find_database(device: str, path: str | Path | None = None) -> Path:
+    """The database directory for ``device``: ``path`` itself if it holds op_mapping.yaml, else
+    ``{path}/{device}/{framework}/{version}/`` (the newest by name when several), with the
+    shipped databases as the default ``path``."""
+    root = Path(path) if path is not None else shipped_root()
+    if (root / "op_mapping.yaml").exists():
+        return root
+    found = sorted((root / device).glob("*/*/op_mapping.yaml")) if (root / device).is_dir() else []
+    if not found:
+        where = f"under {root}" if path is not None else "shipped with perfcast"
+        raise SpecError(f"no profiling database for {device} {where} (expected "
+                        f"{root}/{device}/<framework>/<version>/op_mapping.yaml); "
+                        f"pass --profiling-database DIR")
+    return found[-1].parent
+
+
 def normalize(op: str) -> str:
     """``torch.ops.aten.mm.default`` → ``aten.mm.default``."""
     return op.removeprefix("torch.ops.")

@@ -61,6 +61,38 @@ def flops_summary(result) -> dict:
             "total": mm + lm + attn + vec}
 
 
+def provenance_by_count(result, name: str) -> dict[str, float]:
+    """Share of kernel calls (loop trips counted) by provenance."""
+    counts: dict[str, int] = {}
+    for lt, row in zip(result.rollups[name].leaves, result.evaluations[name].leaves.values()):
+        counts[row["source"]] = counts.get(row["source"], 0) + int(lt.trips)
+    total = sum(counts.values())
+    return {k: v / total for k, v in counts.items()} if total else {}
+
+
+def missed_ops(result, name: str) -> list[dict]:
+    """Ops the model's data source could not price, by fallback time, with the reason."""
+    model = result.rollups[name].model
+    if not hasattr(model, "misses"):
+        return []
+    by_leaf = {lt.name: (lt, row) for lt, row in zip(result.rollups[name].leaves,
+                                                     result.evaluations[name].leaves.values())}
+    out: dict[str, dict] = {}
+    for m in model.misses:
+        lt, row = by_leaf.get(m.leaf, (None, {"time_s": 0.0}))
+        e = out.setdefault(m.op, {"op": m.op, "calls": 0, "time_s": 0.0, "reason": m.reason})
+        e["calls"] += int(lt.trips) if lt is not None else 1
+        e["time_s"] += row["time_s"]
+    return sorted(out.values(), key=lambda e: -e["time_s"])
+
+
+def empirical_metrics(result) -> dict:
+    return {name: {"provenance_by_time": result.evaluations[name].provenance_shares(),
+                   "provenance_by_count": provenance_by_count(result, name),
+                   "missed_ops": missed_ops(result, name)}
+            for name in result.rollups if hasattr(result.rollups[name].model, "misses")}
+
+
 def to_json(result) -> dict:
     req = result.request
     models = {}
@@ -68,6 +100,8 @@ def to_json(result) -> dict:
         models[name] = {"total_time_s": ev.time_s,
                         "tokens_per_s_per_device": result.tokens_per_s_per_device(name),
                         "bound_shares": ev.bound_shares(), "provenance_shares": ev.provenance_shares(),
+                        "provenance_shares_by_count": provenance_by_count(result, name),
+                        "missed_ops": missed_ops(result, name)[:10],
                         "kernel_launches": int(result.rollups[name].launches)}
     first = next(iter(models))
     low = result.lowered
@@ -110,7 +144,11 @@ def render(console: Console, result, top: int = 15) -> None:
                       f"{m['kernel_launches']:,} kernels")
         console.print("  bound: " + ", ".join(f"{k} {percent(v)}" for k, v in
                                               sorted(m["bound_shares"].items(), key=lambda kv: -kv[1]))
-                      + " · provenance: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares"].items()))
+                      + " · provenance by time: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares"].items())
+                      + " · by calls: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares_by_count"].items()))
+        for miss in m["missed_ops"][:5]:
+            console.print(f"  [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
+                          f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
     mt = Table(title="Memory per device", title_justify="left")
     for col in ("weights", "KV cache", "peak activations", "reserved", "free", "capacity"):
         mt.add_column(col, justify="right")
