@@ -1,0 +1,87 @@
+"""Price one op through exactly the path a captured model takes: the op runs on fake tensors
+under the recording dispatch mode, the record is lowered by the same table, and each
+performance model prices the resulting leaf."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from perfcast.capture import Capture, lower
+from perfcast.hardware import Device
+from perfcast.inference.textgen import make_model
+from perfcast.ir import UserError
+from perfcast.rollup import rollup
+
+
+@dataclass(frozen=True)
+class OpRequest:
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str = "bf16"
+    args: tuple = ()
+
+
+def parse_shapes(text: str, where: str) -> tuple[tuple[int, ...], ...]:
+    """``4096x4096;4096x14336`` → ((4096, 4096), (4096, 14336))."""
+    try:
+        return tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
+    except ValueError:
+        raise UserError(f"{where}: shapes {text!r}: expected dims like 4096x4096;4096x14336") from None
+
+
+def _resolve(op: str):
+    import torch
+
+    name = op.removeprefix("torch.ops.").replace("::", ".")
+    parts = name.split(".")
+    if len(parts) == 1:
+        parts = ["aten", parts[0]]
+    namespace, packet = parts[0], parts[1]
+    overload = parts[2] if len(parts) > 2 else "default"
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    except (AttributeError, RuntimeError):
+        raise UserError(f"unknown op {op!r} (expected e.g. mm, aten.mm.default, aten.mul.Tensor)") from None
+
+
+def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str | None = None) -> dict:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import perfcast.capture.ops  # noqa: F401  (registers perfcast.* ops)
+    from perfcast.capture.build import TORCH_DTYPES
+    from perfcast.capture.record import Recorder
+
+    fn = _resolve(req.op)
+    if req.dtype not in TORCH_DTYPES:
+        raise UserError(f"--dtype {req.dtype!r}: expected one of {', '.join(TORCH_DTYPES)}")
+    fake = FakeTensorMode()
+    recorder = Recorder()
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level, quiet.level = quiet.level, logging.CRITICAL  # bad shapes are reported in one line below
+    try:
+        with fake:
+            tensors = [torch.empty(s, dtype=TORCH_DTYPES[req.dtype]) for s in req.shapes]
+            with recorder:
+                fn(*tensors, *req.args)
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{req.op} on shapes {list(req.shapes)}: {first}") from None
+    finally:
+        quiet.setLevel(level)
+    low = lower(Capture(recorder.records, [], {}, set()), fusion=False)
+    out = {"op": req.op, "shapes": [list(s) for s in req.shapes], "dtype": req.dtype,
+           "performance_models": {}, "unknown_ops": [op for (op, _), _n in low.unknown.items()]}
+    for name in models:
+        model = make_model(name, device, database)
+        r = rollup(low.graph, model)
+        ev = r.evaluate({})
+        leaves = list(ev.leaves.values())
+        out["performance_models"][name] = {
+            "time_s": ev.time_s,
+            "source": ",".join(sorted({row["source"] for row in leaves})) or "none",
+            "bound": leaves[0]["limiter"] if len(leaves) == 1 else ",".join(row["limiter"] for row in leaves),
+            "notes": sorted({n for lt in r.leaves for n in lt.result.notes}),
+        }
+    return out
