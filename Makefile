@@ -20,3 +20,4 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
+	$(VENV)/bin/python benchmarks/lookup_speed.py

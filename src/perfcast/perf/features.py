@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import sympy
 
 from perfcast.ir import Leaf
 
@@ -29,10 +28,18 @@ def register(*kinds: str):
 
 
 def _int(e) -> int:
-    e = sympy.sympify(e)
-    if not e.is_Integer:
-        raise ValueError(f"size {e} is not a concrete integer")
-    return int(e)
+    if type(e) is int:
+        return e
+    if getattr(e, "is_Integer", False):
+        return int(e)
+    raise ValueError(f"size {e} is not a concrete integer")
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= _int(d)
+    return n
 
 
 def features(leaf: Leaf) -> Features:
@@ -43,8 +50,8 @@ def features(leaf: Leaf) -> Features:
 @register("matmul")
 def _matmul(leaf: Leaf) -> Features:
     out = leaf.outputs[0]
-    n = _int(out.shape[-1])
-    return {"M": _int(out.numel) // n, "N": n, "K": _int(leaf.inputs[0].shape[-1]), "dtype": leaf.dtype}
+    return {"M": _prod(out.shape[:-1]), "N": _int(out.shape[-1]), "K": _int(leaf.inputs[0].shape[-1]),
+            "dtype": leaf.dtype}
 
 
 @register("attention")
