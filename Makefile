@@ -21,3 +21,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py
+	$(VENV)/bin/python benchmarks/loo_accuracy.py

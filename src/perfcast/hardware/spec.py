@@ -144,7 +144,15 @@ def read_yaml(path: Path) -> object:
 
 
 def _first_error(path: Path, err: ValidationError) -> SpecError:
-    e = err.errors()[0]
+    return SpecError(error_messages(path, err)[0])
+
+
+def error_messages(path: Path, err: ValidationError) -> list[str]:
+    """One line per validation error (``path: key 'LOC': what``)."""
+    return [_message(path, e) for e in err.errors()]
+
+
+def _message(path: Path, e) -> str:
     loc = ".".join(str(p) for p in e["loc"])
     kind = e["type"]
     if kind == "missing":
@@ -156,10 +164,10 @@ def _first_error(path: Path, err: ValidationError) -> SpecError:
         if msg.startswith("@"):
             sub, _, msg = msg[1:].partition(": ")
             loc = f"{loc}.{sub}" if loc else sub
-        return SpecError(f"{path}: key '{loc}': {msg}")
+        return f"{path}: key '{loc}': {msg}"
     else:
         what = f"{e['msg'].lower()} (got {e.get('input')!r})"
-    return SpecError(f"{path}: key '{loc}': {what}")
+    return f"{path}: key '{loc}': {what}"
 
 
 def parse_spec(model: type[BaseModel], path: Path, data: object) -> BaseModel:

@@ -84,26 +84,52 @@ def normalize(op: str) -> str:
 
 
 def load_table(root: Path, name: str, spec: KernelSpec) -> KernelTable:
+    """The kernel table ``name``; its first problem (see :func:`table_problems`) as a SpecError."""
+    table, problems = table_problems(root, name, spec)
+    if problems:
+        raise SpecError(problems[0])
+    return table
+
+
+def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable | None, list[str]]:
+    """Read one kernel's CSV and collect every problem (missing file or columns, non-positive or
+    non-numeric latencies, repeated keys) instead of stopping at the first; the table is None
+    when there is any. ``perfcast db check`` reports them all; loading raises on the first."""
     import pandas as pd
 
     path = root / spec.file
     if not path.exists():
-        raise SpecError(f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing")
+        return None, [f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing"]
     try:
         df = pd.read_csv(path)
     except Exception as e:  # pandas raises many types for malformed files
-        raise SpecError(f"{path}: cannot read as CSV ({e})") from None
-    missing = [c for c in (*spec.keys, "latency_us") if c not in df.columns]
-    if missing:
-        raise SpecError(f"{path}: missing column {missing[0]!r} (expected {', '.join(spec.keys)}, latency_us)")
-    if (df["latency_us"] <= 0).any():
-        row = int(df.index[df["latency_us"] <= 0][0]) + 2
-        raise SpecError(f"{path}: line {row}: latency_us must be positive")
+        return None, [f"{path}: cannot read as CSV ({e})"]
+    problems = [f"{path}: missing column {c!r} (expected {', '.join(spec.keys)}, latency_us)"
+                for c in (*spec.keys, "latency_us") if c not in df.columns]
+    if "latency_us" in df.columns:
+        latency = pd.to_numeric(df["latency_us"], errors="coerce")
+        bad = df.index[~(latency > 0)]
+        if len(bad):
+            more = f" ({len(bad)} rows)" if len(bad) > 1 else ""
+            problems.append(f"{path}: line {int(bad[0]) + 2}: latency_us must be positive{more}")
+    if problems:
+        return None, problems
     keys = [tuple(_cell(v) for v in r) for r in df[list(spec.keys)].itertuples(index=False, name=None)]
-    rows = dict(zip(keys, df["latency_us"].astype(float)))
+    rows = dict(zip(keys, latency.astype(float)))
     if len(rows) != len(keys):
-        raise SpecError(f"{path}: duplicate keys ({len(keys) - len(rows)} rows repeat a key)")
-    return KernelTable(name, tuple(spec.keys), tuple(spec.axes), rows, dict(spec.transform), str(path))
+        return None, [f"{path}: duplicate keys ({len(keys) - len(rows)} rows repeat a key)"]
+    try:
+        return KernelTable(name, tuple(spec.keys), tuple(spec.axes), rows, dict(spec.transform), str(path)), []
+    except ValueError as e:
+        return None, [f"{root / 'op_mapping.yaml'}: {e}"]
+
+
+def reference_problems(mapping: Mapping, mapping_path: Path) -> list[str]:
+    """Ops whose kernel types are not defined under ``kernels``."""
+    return [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under 'kernels'"
+            for op, entry in mapping.ops.items()
+            for k in (entry.kernel_type, *entry.alternate_kernel_types)
+            if k is not None and k not in mapping.kernels]
 
 
 def _cell(v):
@@ -122,10 +148,9 @@ class ProfilingDataSource(DataSource):
             raise SpecError(f"{mapping_path}: missing (a profiling database needs op_mapping.yaml)")
         self.mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
         self.tables = {n: load_table(self.root, n, s) for n, s in self.mapping.kernels.items()}
-        for op, entry in self.mapping.ops.items():
-            for k in (entry.kernel_type, *entry.alternate_kernel_types):
-                if k is not None and k not in self.tables:
-                    raise SpecError(f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under 'kernels'")
+        unknown = reference_problems(self.mapping, mapping_path)
+        if unknown:
+            raise SpecError(unknown[0])
 
     def lookup(self, op: Leaf) -> QueryResult | Miss:
         name = normalize(str(op.attr("op") or op.kind))

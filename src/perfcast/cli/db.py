@@ -1,0 +1,68 @@
+"""``perfcast db``: build and check profiling databases.
+
+``perfcast db import aiconfigurator`` converts the measured kernel tables shipped in the
+``aiconfigurator-core`` package (Apache-2.0; data only) into perfcast's format;
+``perfcast db check DIR`` lists every problem in a database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfcast.ir import UserError
+
+AIC_PIN = "aiconfigurator-core==0.12.0"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("db", help="import and check profiling databases")
+    dbsub = p.add_subparsers(dest="db_command", required=True, parser_class=type(p))
+    imp = dbsub.add_parser("import", help="import measured kernel tables from another tool")
+    src = imp.add_subparsers(dest="source", required=True, parser_class=type(p))
+    aic = src.add_parser("aiconfigurator", help="from the aiconfigurator-core package's tables")
+    aic.add_argument("--system", required=True, help="aiconfigurator system, e.g. h200_sxm")
+    aic.add_argument("--backend", required=True, help="framework directory, e.g. trtllm")
+    aic.add_argument("--version", required=True, help="framework version, e.g. 1.3.0rc20")
+    aic.add_argument("--out", required=True, type=Path, help="database root to write under")
+    aic.add_argument("--device", help="perfcast device name (default: the system with - for _)")
+    aic.add_argument("--aic-root", type=Path,
+                     help="the aiconfigurator_core package directory (default: the installed one)")
+    aic.add_argument("--nccl-version", help="NCCL table version (default: the newest)")
+    aic.add_argument("--dtype", action="append", dest="dtypes", metavar="DTYPE",
+                     help="keep only rows in this perfcast dtype (repeatable; default: all known)")
+    aic.set_defaults(run=run_import)
+    chk = dbsub.add_parser("check", help="list every problem in a profiling database")
+    chk.add_argument("dir", type=Path, help="a directory with op_mapping.yaml, or a tree of them")
+    chk.set_defaults(run=run_check)
+
+
+def run_import(args) -> int:
+    from perfcast.db.aiconfigurator import default_root, import_aiconfigurator
+
+    root = args.aic_root or default_root()
+    if root is None:
+        raise UserError(f"aiconfigurator_core is not importable and no --aic-root was given "
+                        f"(pip install {AIC_PIN})")
+    device = args.device or args.system.replace("_", "-")
+    got = import_aiconfigurator(root, args.system, args.backend, args.version, args.out, device,
+                                dtypes=args.dtypes, nccl_version=args.nccl_version)
+    print(f"wrote {got['root']}")
+    for name, rows in got["tables"].items():
+        print(f"  {name}: {rows} rows")
+    if got["communication"] is not None:
+        print(f"wrote {got['communication']}")
+        for name, rows in got["collectives"].items():
+            print(f"  {name}: {rows} rows")
+    return 0
+
+
+def run_check(args) -> int:
+    from perfcast.db.check import inspect
+
+    report = inspect(args.dir)
+    for problem in report.problems:
+        print(problem)
+    if report.problems:
+        return 2
+    print(f"ok: {report.tables} kernel tables, {report.rows} rows")
+    return 0

@@ -1,0 +1,1 @@
+"""Data shipped with perfcast: profiling databases (``profiling/``)."""

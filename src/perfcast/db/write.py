@@ -1,0 +1,86 @@
+"""Writing a profiling database: kernel CSVs, ``op_mapping.yaml`` and ``MANIFEST.yaml``.
+
+The layout and schema are those :mod:`perfcast.perf.profiling` reads: one ``{KernelType}.csv``
+per kernel type (key columns, then ``latency_us``) beside an ``op_mapping.yaml`` whose
+``kernels`` entries name each file's keys, interpolation axes and axis transforms. Writers are
+deterministic (rows sorted by key, fixed float format) so a re-import diffs cleanly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+#: Significant digits kept for ``latency_us`` (the sources carry about six).
+LATENCY_FORMAT = "%.6g"
+
+
+@dataclass
+class Kernel:
+    """One kernel type as written: its table spec and how its rows were obtained."""
+
+    name: str
+    keys: tuple[str, ...]
+    axes: tuple[str, ...] = ()
+    transform: dict[str, str] = field(default_factory=dict)
+    source: str = ""  # the file the rows came from, relative to the source package
+    selection: str = ""  # which source rows were kept and how columns were derived
+    comment: str = ""  # written above the kernel's entry in op_mapping.yaml
+    counts: dict[str, int] = field(default_factory=dict)
+    unknown_dtypes: list[str] = field(default_factory=list)  # source dtype names dropped
+    written: bool = True  # False: no rows survived, so no CSV and no mapping entry
+
+    def spec(self) -> dict:
+        out: dict = {"file": f"{self.name}.csv", "keys": list(self.keys)}
+        if self.axes:
+            out["axes"] = list(self.axes)
+        if self.transform:
+            out["transform"] = dict(self.transform)
+        return out
+
+
+def finish(df, kernel: Kernel):
+    """Drop non-positive or missing latencies and merge repeated keys (median), counting both;
+    returns the rows sorted by key with ``latency_us`` last."""
+    keys = list(kernel.keys)
+    good = df["latency_us"] > 0
+    kernel.counts["dropped_latency"] = int((~good).sum())
+    df = df[good]
+    merged = df.groupby(keys, as_index=False, sort=True)["latency_us"].median()
+    kernel.counts["merged_duplicates"] = len(df) - len(merged)
+    kernel.counts["rows"] = len(merged)
+    return merged[[*keys, "latency_us"]]
+
+
+def write_csv(df, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False, float_format=LATENCY_FORMAT, lineterminator="\n")
+
+
+def _flow(value) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False)
+    return text.strip().removesuffix("...").strip()  # a bare scalar ends with "..." (end of document)
+
+
+def write_mapping(path: Path, header: str, meta: dict, kernels: list[Kernel], ops: dict[str, dict],
+                  unmapped_note: str = "") -> None:
+    """``op_mapping.yaml`` with one flow-style line per kernel and op; ``header`` and each
+    kernel's ``comment`` become YAML comments."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    lines += [f"{k}: {_flow(v)}" for k, v in meta.items() if v is not None]
+    lines.append("kernels:")
+    for k in kernels:
+        lines += [f"  # {line}" for line in k.comment.splitlines()]
+        lines.append(f"  {k.name}: {_flow(k.spec())}")
+    lines.append("ops:")
+    lines += [f"  {op}: {_flow(entry)}" for op, entry in ops.items()]
+    lines += [f"  # {line}" for line in unmapped_note.splitlines()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100, allow_unicode=True))

@@ -1,0 +1,295 @@
+"""Profiling databases: the aiconfigurator importer (on synthetic parquet tables laid out like
+aiconfigurator-core 0.12.0's, so no aiconfigurator is needed), ``db check``, and the shipped
+H200 database."""
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import perfcast
+from perfcast.cli.main import main
+from perfcast.db.aiconfigurator import import_aiconfigurator
+from perfcast.db.check import check_database, inspect
+from perfcast.ir import Tensor, UserError, make_leaf
+from perfcast.perf import Provenance
+from perfcast.perf.profiling import ProfilingDataSource
+
+HEAD = {"framework": "TRTLLM", "version": "1.0", "device": "NVIDIA TEST", "kernel_source": "torch_flow"}
+
+
+def _write(root: Path, rel: str, rows: list[dict]) -> None:
+    path = root / "systems" / "data" / "test_sys" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{**HEAD, **r} for r in rows]).to_parquet(path)
+
+
+def _attn(batch, isl, step, latency, beam=1, dtype="bfloat16", kv="bfloat16"):
+    return {"batch_size": batch, "isl": isl, "num_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "window_size": 0, "beam_width": beam, "attn_dtype": dtype,
+            "kv_cache_dtype": kv, "step": step, "latency": latency}
+
+
+def _moe(latency, tp=1, ep=1, dist="balanced", source="moe_torch_flow_cutlass", dtype="bfloat16"):
+    return {"kernel_source": source, "moe_dtype": dtype, "num_tokens": 64, "hidden_size": 2048,
+            "inter_size": 768, "topk": 8, "num_experts": 128, "moe_tp_size": tp, "moe_ep_size": ep,
+            "distribution": dist, "latency": latency}
+
+
+def _mla(isl, step):
+    return {"mla_dtype": "bfloat16", "kv_cache_dtype": "fp8", "num_heads": 16, "batch_size": 4,
+            "isl": isl, "tp_size": 8, "step": step, "latency": 0.02}
+
+
+def _nccl(op, dtype, size, latency):
+    return {"op_name": op, "kernel_source": "NCCL", "nccl_dtype": dtype, "num_gpus": 8,
+            "message_size": size, "latency": latency}
+
+
+@pytest.fixture
+def aic(tmp_path):
+    """A fake installed aiconfigurator_core: one system, trtllm 1.0, NCCL 2.0 and 2.1."""
+    root = tmp_path / "site" / "aiconfigurator_core"
+    (tmp_path / "site" / "aiconfigurator_core-0.12.0.dist-info").mkdir(parents=True)
+    gemm = lambda dt, m, lat: {"op_name": "gemm", "gemm_dtype": dt, "m": m, "n": 32, "k": 64, "latency": lat}
+    _write(root, "gemm/trtllm/1.0/gemm_perf.parquet", [
+        gemm("bfloat16", 16, 0.01), gemm("bfloat16", 16, 0.03),  # a repeated key: median 20 µs
+        gemm("bfloat16", 32, 0.05), gemm("fp8", 16, 0.008),
+        gemm("fp8_block", 16, 0.009),  # not a perfcast dtype: dropped
+        gemm("bfloat16", 64, 0.0), gemm("bfloat16", 128, -1.0)])  # non-positive: dropped
+    _write(root, "attention/trtllm/1.0/context_attention_perf.parquet", [
+        _attn(4, 128, 0, 0.1), _attn(8, 128, 0, 0.2), _attn(8, 128, 0, 0.9, beam=2),
+        _attn(8, 128, 0, 0.15, dtype="fp8", kv="fp8")])
+    _write(root, "attention/trtllm/1.0/generation_attention_perf.parquet", [
+        _attn(8, 1, 127, 0.012), _attn(8, 1, 255, 0.02), _attn(8, 1, 127, 0.011, kv="fp8")])
+    _write(root, "moe/trtllm/1.0/moe_perf.parquet", [
+        _moe(0.05), _moe(0.04, dtype="fp8"), _moe(0.03, tp=2), _moe(0.03, ep=8),
+        _moe(0.06, dist="power_law_1.01"), _moe(0.02, source="moe_torch_flow_nongated"),
+        _moe(0.02, source="moe_torch_flow", dtype="w4a16_mxfp4")])
+    _write(root, "mla/trtllm/1.0/context_mla_perf.parquet", [_mla(256, 0)])
+    _write(root, "mla/trtllm/1.0/generation_mla_perf.parquet", [_mla(1, 255)])
+    _write(root, "comm/nccl/2.0/nccl_perf.parquet", [_nccl("all_reduce", "half", 1024, 9.0)])
+    _write(root, "comm/nccl/2.1/nccl_perf.parquet", [
+        _nccl("all_reduce", "half", 1024, 0.01), _nccl("all_reduce", "int8", 1024, 0.008),
+        _nccl("all_gather", "half", 2048, 0.012), _nccl("alltoall", "half", 256, 0.0),
+        _nccl("reduce_scatter", "float64", 256, 0.01)])
+    return root
+
+
+def _imported(aic, out, **kw):
+    return import_aiconfigurator(aic, "test_sys", "trtllm", "1.0", out, "h200-sxm", **kw)
+
+
+def _mm(m, k=64, n=32, dtype="bf16"):
+    a, b, c = Tensor("a", (m, k), dtype), Tensor("b", (k, n), dtype), Tensor("c", (m, n), dtype)
+    return make_leaf("matmul", f"mm{m}", (a, b), (c,), op="aten.mm.default")
+
+
+def _attention(b, s, past, dtype="bf16", kv="bf16"):
+    q, o = Tensor("q", (b, 32, s, 128), dtype), Tensor("o", (b, 32, s, 128), dtype)
+    k, v = Tensor("k", (b, 8, past + s, 128), kv), Tensor("v", (b, 8, past + s, 128), kv)
+    return make_leaf("attention", "attn", (q, k, v), (o,), op="perfcast.attention.default",
+                     past=past, window=0)
+
+
+def _experts(tokens=64, dtype="bf16"):
+    h, gu = Tensor("h", (tokens, 2048), dtype), Tensor("gu", (128, 2048, 2 * 768), dtype)
+    d, i = Tensor("d", (128, 768, 2048), dtype), Tensor("i", (tokens, 8), "int64")
+    return make_leaf("grouped_matmul", "moe", (h, gu, d, i), (h,), op="perfcast.moe_experts.default",
+                     num_experts=128, top_k=8)
+
+
+def _csv(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_import_writes_the_layout_and_counts(aic, tmp_path):
+    got = _imported(aic, tmp_path / "db")
+    root = tmp_path / "db" / "h200-sxm" / "trtllm" / "1.0"
+    assert got["root"] == root and got["communication"] == tmp_path / "db" / "h200-sxm" / "nccl" / "2.1"
+    assert got["tables"] == {"MatMul": 3, "ContextAttention": 3, "GenerationAttention": 3,
+                             "GroupedMatMul": 2, "ContextMLA": 1, "GenerationMLA": 1}
+    assert got["collectives"] == {"AllGather": 1, "AllReduce": 2, "AllToAll": 0, "ReduceScatter": 0}
+    assert _csv(root / "MatMul.csv")[0] == {"M": "16", "K": "64", "N": "32", "dtype": "bf16", "latency_us": "20"}
+    assert [r["q_len"] for r in _csv(root / "GenerationAttention.csv")] == ["1", "1", "1"]
+    assert {r["kv_len"] for r in _csv(root / "GenerationAttention.csv")} == {"128", "256"}
+    allreduce = _csv(got["communication"] / "AllReduce.csv")
+    assert [(r["dtype"], r["bytes"]) for r in allreduce] == [("fp16", "2048"), ("int8", "1024")]
+    mapping = (root / "op_mapping.yaml").read_text()
+    assert "communication: ../../nccl/2.1" in mapping and "not mapped: ContextMLA, GenerationMLA" in mapping
+    manifest = yaml.safe_load((root / "MANIFEST.yaml").read_text())
+    assert manifest["source"]["package"] == "aiconfigurator-core"
+    assert manifest["source"]["package_version"] == "0.12.0" and manifest["source"]["licence"] == "Apache-2.0"
+    mm = manifest["tables"]["MatMul"]
+    assert (mm["rows_read"], mm["dropped_unknown_dtype"], mm["dropped_latency"], mm["merged_duplicates"],
+            mm["rows"]) == (7, 1, 2, 1, 3)
+    assert mm["unknown_dtypes_dropped"] == ["fp8_block"]
+    assert manifest["tables"]["GroupedMatMul"]["rows_selected"] == 3  # tp/ep/routing/gating filters
+    assert not (got["communication"] / "AllToAll.csv").exists()  # no rows left: not written
+    assert check_database(tmp_path / "db") == []
+
+
+def test_imported_database_prices_leaves(aic, tmp_path):
+    src = ProfilingDataSource(_imported(aic, tmp_path / "db")["root"])
+    r = src.lookup(_mm(16))
+    assert (r.latency_us, r.source) == (20.0, Provenance.MEASURED)
+    assert src.lookup(_mm(24)).source is Provenance.INTERPOLATED
+    decode = src.lookup(_attention(8, 1, 127))
+    assert decode.latency_us == pytest.approx(12.0) and decode.note == "GenerationAttention: exact"
+    prefill = src.lookup(_attention(8, 128, 0))
+    assert prefill.latency_us == pytest.approx(200.0) and prefill.note == "ContextAttention: exact"
+    assert src.lookup(_attention(6, 128, 0)).latency_us == pytest.approx(150.0)  # 1-D in batch
+    assert src.lookup(_attention(8, 1, 191)).source is Provenance.INTERPOLATED  # kv_len 192 (sqrt)
+    assert src.lookup(_experts()).latency_us == pytest.approx(50.0)
+    assert src.lookup(_experts(dtype="fp8")).latency_us == pytest.approx(40.0)
+
+
+def test_prefill_never_matches_the_decode_table(aic, tmp_path):
+    src = ProfilingDataSource(_imported(aic, tmp_path / "db")["root"])
+    miss = src.lookup(_attention(8, 128, 128))  # q_len 128, kv_len 256: a decode kv_len, not q_len
+    assert "GenerationAttention" in miss.reason and "ContextAttention" in miss.reason
+
+
+def test_dtype_filter_and_nccl_version(aic, tmp_path):
+    got = _imported(aic, tmp_path / "db", dtypes=["bf16"], nccl_version="2.0")
+    assert {r["dtype"] for r in _csv(got["root"] / "MatMul.csv")} == {"bf16"}
+    assert got["tables"]["GenerationAttention"] == 2 and got["tables"]["ContextMLA"] == 0
+    assert "ContextMLA" not in (got["root"] / "op_mapping.yaml").read_text()
+    assert check_database(got["root"]) == []
+    assert _csv(got["communication"] / "AllReduce.csv")[0]["latency_us"] == "9000"
+    assert "dtype_filter" in yaml.safe_load((got["root"] / "MANIFEST.yaml").read_text())
+
+
+@pytest.mark.parametrize("system, version, message", [
+    ("nope", "1.0", "no such system (have: test_sys)"),
+    ("test_sys", "9.9", "no trtllm 9.9 tables (versions: 1.0)"),
+])
+def test_import_errors(aic, tmp_path, system, version, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        import_aiconfigurator(aic, system, "trtllm", version, tmp_path / "db", "h200-sxm")
+
+
+# ---- db check -------------------------------------------------------------------------------
+
+MAPPING = """\
+schema: 1
+device: h200-sxm
+framework: test
+version: "0"
+communication: ../../nccl/1
+kernels:
+  MatMul: {file: MatMul.csv, keys: [M, K, N, dtype], axes: [M]}
+  Mul: {file: Mul.csv, keys: [shape, dtype]}
+ops:
+  aten.mm.default: {category: compute, kernel_type: MatMul}
+  aten.mul.Tensor: {category: elementwise, kernel_type: Mul}
+"""
+
+
+@pytest.fixture
+def db(tmp_path):
+    root = tmp_path / "dev" / "test" / "0"
+    root.mkdir(parents=True)
+    (root / "op_mapping.yaml").write_text(MAPPING)
+    (root / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1024,4096,4096,bf16,50\n2048,4096,4096,bf16,90\n")
+    (root / "Mul.csv").write_text("shape,dtype,latency_us\n1024x4096,bf16,40\n")
+    (tmp_path / "dev" / "nccl" / "1").mkdir(parents=True)
+    (tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
+    return root
+
+
+def test_check_good_database(db, tmp_path):
+    report = inspect(tmp_path)  # a tree: every op_mapping.yaml under it
+    assert report.problems == [] and (report.tables, report.rows) == (3, 4)
+    assert check_database(db) == []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: (p / "MatMul.csv").unlink(), "kernel MatMul names MatMul.csv, which is missing"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,dtype,latency_us\n1,2,bf16,3\n"), "missing column 'N'"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,0\n1,2,4,bf16,-1\n"),
+     "line 2: latency_us must be positive (2 rows)"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,4\n1,2,3,bf16,5\n"),
+     "duplicate keys (1 rows repeat a key)"),
+    (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("kernel_type: Mul", "kernel_type: Mull")),
+     "kernel type 'Mull' is not under 'kernels'"),
+    (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("category: compute", "category: magic")),
+     "key 'ops.aten.mm.default.category'"),
+    (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("nccl/1", "nccl/2")), "is not a directory"),
+    (lambda p: (p.parent.parent / "nccl" / "1" / "AllReduce.csv").write_text("devices,bytes,latency_us\n8,2,0\n"),
+     "AllReduce.csv: line 2: latency_us must be positive"),
+    (lambda p: (p / "op_mapping.yaml").write_text("schema: [1\n"), "not valid YAML"),
+])
+def test_check_reports_each_problem(db, edit, message):
+    edit(db)
+    problems = check_database(db)
+    assert len(problems) == 1 and message in problems[0], problems
+
+
+def test_check_reports_all_problems_at_once(db):
+    (db / "op_mapping.yaml").write_text(MAPPING.replace("version: \"0\"\n", "")
+                                        .replace("category: compute", "category: magic"))
+    (db / "MatMul.csv").write_text("M,K,latency_us\n1,2,0\n")
+    (db / "Mul.csv").write_text("shape,dtype,latency_us\n1x2,bf16,1\n1x2,bf16,2\n")
+    problems = "\n".join(check_database(db))
+    for message in ("key 'version': missing key", "key 'ops.aten.mm.default.category'",
+                    "missing column 'N'", "missing column 'dtype'", "latency_us must be positive",
+                    "Mul.csv: duplicate keys"):
+        assert message in problems
+    assert len(check_database(db)) == 6
+
+
+def test_check_empty_and_missing(tmp_path):
+    assert check_database(tmp_path) == [f"{tmp_path}: no op_mapping.yaml at or under it"]
+    assert "directory not found" in check_database(tmp_path / "nope")[0]
+
+
+def test_cli_check_and_import(db, aic, tmp_path, capsys):
+    assert main(["db", "check", str(db)]) == 0
+    assert capsys.readouterr().out.strip() == "ok: 3 kernel tables, 4 rows"
+    (db / "Mul.csv").write_text("shape,dtype,latency_us\n1x2,bf16,0\n")
+    assert main(["db", "check", str(db)]) == 2
+    assert "latency_us must be positive" in capsys.readouterr().out
+    assert main(["db", "import", "aiconfigurator", "--system", "test_sys", "--backend", "trtllm",
+                 "--version", "1.0", "--out", str(tmp_path / "out"), "--aic-root", str(aic)]) == 0
+    assert "GroupedMatMul: 2 rows" in capsys.readouterr().out
+    assert (tmp_path / "out" / "test-sys" / "trtllm" / "1.0" / "op_mapping.yaml").exists()
+
+
+def test_cli_import_without_aiconfigurator(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("perfcast.db.aiconfigurator.default_root", lambda: None)
+    assert main(["db", "import", "aiconfigurator", "--system", "h200_sxm", "--backend", "trtllm",
+                 "--version", "1.3.0rc20", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install aiconfigurator-core==0.12.0" in err and err.count("\n") == 1
+
+
+# ---- the shipped H200 database --------------------------------------------------------------
+
+SHIPPED = Path(perfcast.__file__).parent / "data" / "profiling" / "h200-sxm" / "trtllm" / "1.3.0rc20"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return ProfilingDataSource(SHIPPED)
+
+
+def test_shipped_database_checks_clean():
+    report = inspect(SHIPPED.parent.parent)
+    assert report.problems == [] and report.tables == 10 and report.rows > 200_000
+    manifest = yaml.safe_load((SHIPPED / "MANIFEST.yaml").read_text())
+    assert manifest["source"]["licence"] == "Apache-2.0" and manifest["source"]["system"] == "h200_sxm"
+
+
+def test_shipped_gemm_row_round_trips(shipped):
+    row = next(r for r in _csv(SHIPPED / "MatMul.csv") if r["dtype"] == "bf16" and int(r["M"]) >= 1024)
+    r = shipped.lookup(_mm(int(row["M"]), int(row["K"]), int(row["N"])))
+    assert r.source is Provenance.MEASURED and r.latency_us == float(row["latency_us"])
+
+
+def test_shipped_decode_attention_is_measured(shipped):
+    r = shipped.lookup(_attention(8, 1, 1023))
+    assert r.source is Provenance.MEASURED and r.note == "GenerationAttention: exact"
