@@ -141,7 +141,7 @@ def render(console: Console, result, top: int = 15) -> None:
     for name, m in doc["performance_models"].items():
         console.print(f"{name}: step {seconds(m['total_time_s'])} · "
                       f"{m['tokens_per_s_per_device']:,.1f} tokens/s per device · "
-                      f"{m['kernel_launches']:,} kernels")
+                      f"{m['kernel_launches']:,} modelled kernel launches")
         console.print("  bound: " + ", ".join(f"{k} {percent(v)}" for k, v in
                                               sorted(m["bound_shares"].items(), key=lambda kv: -kv[1]))
                       + " · provenance by time: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares"].items())
