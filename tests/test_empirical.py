@@ -153,3 +153,49 @@ def test_profiling_without_a_database_is_a_clear_error(cli, tmp_path):
     proc = cli("text-generate", "qwen3-8b", "--performance-model", "profiling", "--profiling-database",
                str(tmp_path / "missing"))
     assert proc.returncode == 2 and "no profiling database for h100-sxm under" in proc.stderr
+
+
+def test_attention_special_tries_alternate_kernel_types_in_order(tmp_path):
+    (tmp_path / "op_mapping.yaml").write_text("""\
+schema: 1
+device: h200-sxm
+framework: test
+version: "0"
+kernels:
+  Gen: {file: Gen.csv, keys: [batch, heads, kv_heads, q_len, kv_len, head_dim, dtype], axes: [kv_len], transform: {kv_len: sqrt}}
+  Ctx: {file: Ctx.csv, keys: [batch, heads, kv_heads, q_len, kv_len, head_dim, dtype]}
+  Experts: {file: Experts.csv, keys: [tokens, hidden, inter, experts, top_k, dtype], axes: [tokens]}
+ops:
+  perfcast.attention.default: {category: attention_special, kernel_type: Gen, alternate_kernel_types: [Ctx]}
+  perfcast.moe_experts.default: {category: moe_fused, kernel_type: Experts}
+  fused[add+mul]: {category: composite}
+  nccl.all_reduce: {category: communication}
+""")
+    (tmp_path / "Gen.csv").write_text("batch,heads,kv_heads,q_len,kv_len,head_dim,dtype,latency_us\n"
+                                      "8,32,8,1,1024,128,bf16,20\n8,32,8,1,4096,128,bf16,40\n")
+    (tmp_path / "Ctx.csv").write_text("batch,heads,kv_heads,q_len,kv_len,head_dim,dtype,latency_us\n"
+                                      "1,32,8,512,512,128,bf16,100\n")
+    (tmp_path / "Experts.csv").write_text("tokens,hidden,inter,experts,top_k,dtype,latency_us\n"
+                                          "64,1024,512,8,2,bf16,30\n128,1024,512,8,2,bf16,50\n")
+    src = ProfilingDataSource(tmp_path)
+
+    def attn(b, s, past):
+        q = Tensor("q", (b, 32, s, 128), "bf16")
+        kv = Tensor("k", (b, 8, s, 128), "bf16")
+        out = Tensor("o", (b, s, 32, 128), "bf16")
+        return make_leaf("attention", "a", (q, kv, kv), (out,), op="perfcast.attention.default",
+                         past=past, causal=True, window=0, shared_kv=False, cache_width=0)
+
+    # decode at kv_len 2501: interpolated in √kv_len between 1024 and 4096 (√: 32 → 64, 50.01 → 30.0…)
+    r = src.lookup(attn(8, 1, 2500))
+    assert r.source is Provenance.INTERPOLATED and r.latency_us == pytest.approx(20 + 20 * (2501 ** 0.5 - 32) / 32)
+    # prefill: Gen (q_len 1 only) misses, the alternate Ctx hits exactly
+    r = src.lookup(attn(1, 512, 0))
+    assert r.source is Provenance.MEASURED and r.latency_us == 100 and r.note.startswith("Ctx")
+    hidden, gate_up, down = Tensor("h", (96, 1024), "bf16"), Tensor("g", (8, 1024, 1024), "bf16"), Tensor("d", (8, 1024, 512), "bf16")
+    moe = make_leaf("grouped_matmul", "m", (hidden, gate_up, down, Tensor("i", (96, 2), "int64")), (hidden,),
+                    op="perfcast.moe_experts.default", top_k=2, num_experts=8, routing="balanced")
+    assert src.lookup(moe).latency_us == pytest.approx(40)  # tokens 96: halfway between 64 and 128
+    x = Tensor("x", (4, 4), "bf16")
+    fused = make_leaf("fused", "f", (x,), (x,), op="fused[add+mul]", flops=0)
+    assert "composite lookup is not available" in src.lookup(fused).reason
