@@ -23,6 +23,7 @@ import sympy
 
 from perfcast.ir.cost import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost
 from perfcast.ir.op import Leaf
+from perfcast.ir.registry import Registry
 from perfcast.ir.dtypes import itemsize
 from perfcast.ir.tensor import Tensor
 
@@ -35,32 +36,16 @@ BINARY_KINDS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
 REDUCTION_KINDS = frozenset({"sum", "max"})
 FILL_KINDS = frozenset({"fill"})
 
-_RULES: dict[str, Rule] = {}
-
-
-def register(*kinds: str) -> Callable[[Rule], Rule]:
-    """Register ``rule`` for each of ``kinds``; a kind registered twice raises."""
-
-    def deco(rule: Rule) -> Rule:
-        for kind in kinds:
-            if kind in _RULES:
-                raise ValueError(f"leaf kind {kind!r} already has a rule ({_RULES[kind].__name__})")
-            _RULES[kind] = rule
-        return rule
-
-    return deco
+RULES: Registry[Rule] = Registry("rule for leaf kind")
+register = RULES.register
 
 
 def kinds() -> tuple[str, ...]:
-    return tuple(sorted(_RULES))
+    return RULES.keys()
 
 
 def work(kind: str, inputs, outputs, attrs: Mapping[str, object]) -> Cost:
-    try:
-        rule = _RULES[kind]
-    except KeyError:
-        raise KeyError(f"no rule for leaf kind {kind!r}; known kinds: {', '.join(kinds())}") from None
-    return rule(tuple(inputs), tuple(outputs), attrs)
+    return RULES[kind](tuple(inputs), tuple(outputs), attrs)
 
 
 def make_leaf(kind: str, name: str, inputs, outputs, **attrs) -> Leaf:

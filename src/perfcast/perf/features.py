@@ -11,20 +11,11 @@ from collections.abc import Callable
 
 
 from perfcast.ir import Leaf
+from perfcast.ir.registry import Registry
 
 Features = dict[str, object]
-_FEATURES: dict[str, Callable[[Leaf], Features]] = {}
-
-
-def register(*kinds: str):
-    def deco(fn):
-        for k in kinds:
-            if k in _FEATURES:
-                raise ValueError(f"features for leaf kind {k!r} already registered")
-            _FEATURES[k] = fn
-        return fn
-
-    return deco
+_FEATURES: Registry[Callable[[Leaf], Features]] = Registry("features for leaf kind")
+register = _FEATURES.register
 
 
 def _int(e) -> int:
