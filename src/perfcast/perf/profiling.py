@@ -101,7 +101,7 @@ def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable
     if not path.exists():
         return None, [f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing"]
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, dtype={"shape": str, "dtype": str, "kv_dtype": str})  # "1000" is a shape, not a number
     except Exception as e:  # pandas raises many types for malformed files
         return None, [f"{path}: cannot read as CSV ({e})"]
     problems = [f"{path}: missing column {c!r} (expected {', '.join(spec.keys)}, latency_us)"

@@ -1,0 +1,60 @@
+"""``perfcast profile``: measure the kernels a model needs on this machine's torch device and
+write a profiling database (``--performance-model profiling --profiling-database DIR`` reads it).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from perfcast.ir import UserError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profile", help="time a model's kernels on the local torch device and "
+                                        "write a profiling database")
+    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("--device-name", required=True, metavar="NAME",
+                   help="device name the database is filed under (e.g. cpu-local)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="database root; writes DIR/NAME/torch/<torch version>/ (merging)")
+    p.add_argument("--num-queries", type=int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--query-length", type=int, default=128,
+                   help="new tokens per sequence in prefill (default 128)")
+    p.add_argument("--context-length", type=int, default=0, help="tokens already in the KV cache")
+    p.add_argument("--decode", action="store_true", help="profile one decode step (default: prefill)")
+    p.add_argument("--dtype", default="fp32", choices=("bf16", "fp16", "fp32"),
+                   help="model dtype (default fp32: what runs well on a CPU)")
+    p.add_argument("--no-fusion", action="store_true",
+                   help="profile each captured op as its own kernel (as `text-generate --no-fusion` prices)")
+    p.add_argument("--repeats", type=int, default=10, help="timed samples per kernel, at least (default 10)")
+    p.add_argument("--torch-device", metavar="DEV", help="torch device (default: cuda if present, else cpu)")
+    p.add_argument("--quiet", action="store_true", help="print only the database directory")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from perfcast.models import load_model_config
+    from perfcast.profiler import profile_model
+
+    model = load_model_config(args.model)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
+    device = args.torch_device
+    if device is not None:
+        import torch
+
+        try:
+            dev = torch.device(device)
+        except RuntimeError as e:
+            raise UserError(f"--torch-device {device!r}: {str(e).splitlines()[0]}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"--torch-device {device}: CUDA is not available on this machine")
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    root = profile_model(model, out, args.device_name, num_queries=args.num_queries,
+                         query_length=args.query_length, context_length=args.context_length,
+                         decode=args.decode, dtype=args.dtype, fusion=not args.no_fusion,
+                         repeats=args.repeats, device=device, progress=progress)
+    print(root)
+    return 0

@@ -1,0 +1,235 @@
+"""The collector: time the distinct kernels a lowered model needs and write a profiling database.
+
+Why: the empirical performance model prices a leaf by looking its features up in measured
+tables (:mod:`perfcast.perf.profiling`). This module produces such tables for the local torch
+device, at exactly the shapes the captured model needs, so a prediction can be checked against
+the same model run for real (``benchmarks/validate_cpu_local.py``).
+
+Distinct leaves are keyed by (kernel type, key features); each is run through its representative
+torch kernel (:mod:`perfcast.profiler.kernels`) after warm-up, ``repeats`` samples are taken
+(``torch.cuda.Event`` pairs on CUDA, ``perf_counter`` on CPU) and the median is recorded, with
+``std_us``, ``p10_us``, ``p90_us``, ``samples`` and ``rounds`` as extra CSV columns (a noisy
+round is measured again: this machine's cores may be shared). Writing merges with a
+database already in the directory (new rows replace old ones with the same key).
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from perfcast.ir import Graph, Leaf, Loop
+from perfcast.perf.features import features
+
+#: kernel type → (key columns, interpolation axes) for the compute kinds.
+COMPUTE = {
+    "matmul": ("MatMul", ["M", "K", "N", "dtype"], ["M", "N", "K"]),
+    "attention": ("Attention", ["batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype"], []),
+    "grouped_matmul": ("GroupedMatMul", ["tokens", "hidden", "inter", "experts", "top_k", "dtype"], []),
+}
+ELEMENTWISE_KEYS = ["shape", "dtype"]
+STATS = ["latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how"]
+
+
+@dataclass
+class Options:
+    repeats: int = 10
+    warmup: int = 3
+    min_time_s: float = 0.02  # keep sampling small kernels until this much time has passed
+    max_samples: int = 200
+    noisy: float = 1.3  # a round whose p90 exceeds this × its p10 is measured again
+    rounds: int = 3
+
+
+@dataclass
+class Measured:
+    """Rows per kernel type plus the op-name → kernel-type mapping, ready to write."""
+    kernels: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    rows: dict[str, dict[tuple, dict]] = field(default_factory=dict)
+    ops: dict[str, dict] = field(default_factory=dict)
+
+
+def leaves(graph: Graph):
+    for op in graph.ops:
+        if isinstance(op, Leaf):
+            yield op
+        elif isinstance(op, Loop):
+            yield from leaves(op.body)
+        else:
+            yield from leaves(op)
+
+
+def table_name(op: str) -> str:
+    """``fused[add+mul]`` → ``Elementwise_fused_add_mul``: a kernel and file name for an op."""
+    return "Elementwise_" + re.sub(r"[^A-Za-z0-9]+", "_", op).strip("_")
+
+
+def kernel_for(leaf: Leaf) -> tuple[str, str, list[str], list[str], str]:
+    """(op name, kernel type, key columns, axes, mapping category) of a leaf."""
+    op = str(leaf.attr("op") or leaf.kind).removeprefix("torch.ops.")
+    if leaf.kind in COMPUTE:
+        name, keys, axes = COMPUTE[leaf.kind]
+        return op, name, keys, axes, "compute"
+    return op, table_name(op), ELEMENTWISE_KEYS, [], "elementwise"
+
+
+def distinct(graph: Graph) -> dict[tuple[str, tuple], tuple[Leaf, str, list[str], list[str], str]]:
+    """(kernel type, key) → (a leaf with that key, op, keys, axes, category)."""
+    found = {}
+    for leaf in leaves(graph):
+        op, kernel, keys, axes, category = kernel_for(leaf)
+        feats = features(leaf)
+        found.setdefault((kernel, tuple(feats[k] for k in keys)), (leaf, op, keys, axes, category))
+    return found
+
+
+def measure(fn, device, opts: Options) -> dict:
+    """Median, spread and sample count of ``fn`` in µs on ``device``. A noisy round (p90 over
+    ``opts.noisy`` × p10: another process took the cores) is retried, up to ``opts.rounds``
+    rounds, and the round with the lowest median is kept."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    best = None
+    for rnd in range(1, opts.rounds + 1):
+        samples = _samples(fn, cuda, opts)
+        q = statistics.quantiles(samples, n=10) if len(samples) > 1 else samples * 9
+        got = {"latency_us": statistics.median(samples), "std_us": statistics.pstdev(samples),
+               "p10_us": q[0], "p90_us": q[-1], "samples": len(samples), "rounds": rnd}
+        if best is None or got["latency_us"] < best["latency_us"]:
+            best = {**got, "rounds": rnd}
+        if q[-1] <= opts.noisy * q[0]:
+            break
+        time.sleep(0.05)
+    best["rounds"] = rnd
+    return best
+
+
+def _samples(fn, cuda: bool, opts: Options) -> list[float]:
+    import torch
+
+    with torch.no_grad():
+        for _ in range(opts.warmup):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        samples: list[float] = []
+        start = time.perf_counter()
+        while len(samples) < opts.repeats or (time.perf_counter() - start < opts.min_time_s
+                                              and len(samples) < opts.max_samples):
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                samples.append(a.elapsed_time(b) * 1e3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
+def collect(graph: Graph, device=None, opts: Options | None = None, into: Measured | None = None,
+            progress=None) -> Measured:
+    """Time every distinct kernel of ``graph`` on the torch ``device`` (CUDA when present)."""
+    import torch
+
+    from perfcast.profiler.kernels import build
+
+    opts = opts or Options()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = into or Measured()
+    torch.manual_seed(0)
+    todo = distinct(graph)
+    for i, ((kernel, key), (leaf, op, keys, axes, category)) in enumerate(todo.items()):
+        out.kernels[kernel] = (keys, axes)
+        out.ops[op] = {"category": category, "kernel_type": kernel}
+        fn, how = build(leaf, device)
+        stats = measure(fn, device, opts)
+        out.rows.setdefault(kernel, {})[key] = {**stats, "how": how}
+        if progress:
+            progress(f"[{i + 1}/{len(todo)}] {kernel} {dict(zip(keys, key))}: {stats['latency_us']:.1f} µs ({how})")
+    return out
+
+
+def manifest(device_name: str, device, opts: Options, runs: list[dict]) -> dict:
+    import numpy
+    import torch
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cpu = f"cpu ({platform.processor() or platform.machine()})"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device_name": device_name,
+        "torch_device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu,
+        "platform": platform.platform(), "python": platform.python_version(),
+        "torch": str(torch.__version__), "numpy": numpy.__version__,
+        "transformers": _version("transformers"), "perfcast": _version("perfcast"),
+        "threads": torch.get_num_threads(), "warmup": opts.warmup, "repeats": opts.repeats,
+        "min_time_s": opts.min_time_s,
+        "cpu_allocations": "allocator default: a timing loop reuses freed buffers (outputs are not "
+                           "page-faulted, unlike many in an eager forward)",
+        "noisy_retry": f"a round with p90 > {opts.noisy} x p10 is retried (at most {opts.rounds} "
+                       f"rounds, lowest median kept)",
+        "timing": "torch.cuda.Event per sample" if dev.type == "cuda" else "time.perf_counter per call",
+        "statistic": "latency_us = median of the samples; std_us, p10_us, p90_us = their spread",
+        "profiled": runs,
+    }
+
+
+def _version(pkg: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def database_dir(out: str | Path, device_name: str) -> Path:
+    import torch
+
+    return Path(out) / device_name / "torch" / str(torch.__version__)
+
+
+def write(measured: Measured, out: str | Path, device_name: str, info: dict) -> Path:
+    """Write (merging with what is there) ``{out}/{device}/torch/{version}/``: op_mapping.yaml,
+    one CSV per kernel type and MANIFEST.yaml. Returns that directory."""
+    import pandas as pd
+    import torch
+
+    root = database_dir(out, device_name)
+    root.mkdir(parents=True, exist_ok=True)
+    mapping_path = root / "op_mapping.yaml"
+    old = yaml.safe_load(mapping_path.read_text()) if mapping_path.exists() else {}
+    kernels = dict(old.get("kernels") or {})
+    ops = dict(old.get("ops") or {})
+    for name, (keys, axes) in measured.kernels.items():
+        kernels[name] = {"file": f"{name}.csv", "keys": keys, "axes": axes}
+        path = root / f"{name}.csv"
+        new = pd.DataFrame([{**dict(zip(keys, k)), **v} for k, v in measured.rows[name].items()],
+                           columns=[*keys, *STATS])
+        if path.exists():
+            prev = pd.read_csv(path, dtype={"shape": str, "dtype": str})
+            new = pd.concat([prev, new]).astype({c: str for c in ("shape", "dtype") if c in keys})
+            new = new.drop_duplicates(subset=keys, keep="last")
+        new.to_csv(path, index=False, float_format="%.4f")
+    ops.update(measured.ops)
+    mapping = {"schema": 1, "device": device_name, "framework": "torch", "version": str(torch.__version__),
+               "kernels": kernels, "ops": ops}
+    mapping_path.write_text(yaml.safe_dump(mapping, sort_keys=False, width=200))
+    man_path = root / "MANIFEST.yaml"
+    runs = (yaml.safe_load(man_path.read_text()) or {}).get("profiled", []) if man_path.exists() else []
+    info = dict(info)
+    info["profiled"] = runs + info.get("profiled", [])
+    man_path.write_text(yaml.safe_dump(info, sort_keys=False, width=200))
+    return root
