@@ -199,3 +199,33 @@ ops:
     x = Tensor("x", (4, 4), "bf16")
     fused = make_leaf("fused", "f", (x,), (x,), op="fused[add+mul]", flops=0)
     assert "composite lookup is not available" in src.lookup(fused).reason
+
+
+def test_we4_all_reduce_is_interpolated_in_bytes(tmp_path):
+    """8 devices, one tier: 20 µs at 1 MiB, 50 µs at 4 MiB → α = 10 µs, β = 10 µs/MiB → 2 MiB: 30 µs."""
+    db = tmp_path / "h200-sxm" / "test" / "0"
+    comm = tmp_path / "h200-sxm" / "nccl" / "2.0"
+    db.mkdir(parents=True)
+    comm.mkdir(parents=True)
+    (db / "op_mapping.yaml").write_text("""\
+schema: 1
+device: h200-sxm
+framework: test
+version: "0"
+communication: ../../nccl/2.0
+kernels: {}
+ops:
+  all_reduce: {category: communication, kernel_type: AllReduce}
+""")
+    mib = 1 << 20
+    (comm / "AllReduce.csv").write_text(f"devices,dtype,bytes,latency_us\n8,bf16,{mib},20\n8,bf16,{4 * mib},50\n")
+    model = EmpiricalPerformanceModel(get_device("h200-sxm"), ProfilingDataSource(db))
+    x = Tensor("x", (mib,), "bf16")  # 2 MiB of bf16
+    leaf = make_leaf("all_reduce", "ar", (x,), (x,), group_size=8, axis="tp")
+    assert leaf.cost["bytes.link:tp"] == 2 * mib * 2 * 7 // 8  # ring: 2(n−1)/n of the message
+    r = model.process_op(leaf)
+    assert r.time_s == sympy.Rational(30, 10**6) and r.source is Provenance.INTERPOLATED
+    assert set(r.breakdown) == {"comm"}
+    big = Tensor("x", (8 * mib,), "bf16")
+    with pytest.raises(Exception, match="outside the measured range.*cannot price it: .*needs a topology"):
+        model.process_op(make_leaf("all_reduce", "ar", (big,), (big,), group_size=8, axis="tp"))

@@ -46,6 +46,9 @@ ATTENTION = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "v_hea
 MLA = ("batch", "num_heads", "tp_size", "q_len", "kv_len", "dtype", "kv_dtype")
 COLLECTIVES = {"all_gather": "AllGather", "all_reduce": "AllReduce", "alltoall": "AllToAll",
                "reduce_scatter": "ReduceScatter"}
+# perfcast collective leaf kinds → table names
+COLLECTIVE_KINDS = {"all_gather": "AllGather", "all_reduce": "AllReduce", "all_to_all": "AllToAll",
+                    "reduce_scatter": "ReduceScatter"}
 
 
 def _us(ms):
@@ -234,6 +237,10 @@ def import_aiconfigurator(aic_root: Path, system: str, backend: str, version: st
     names = {k.name for k in kernels}
     ops = {op: e for op, e in OPS.items()
            if {e["kernel_type"], *e.get("alternate_kernel_types", [])} <= names}
+    # Collective leaves (kind = op name) priced from the communication directory's tables.
+    ops.update({kind: {"category": "communication", "kernel_type": k.name}
+                for kind, k in ((kind, k) for k, _ in comm if k.written
+                                for kind, name in COLLECTIVE_KINDS.items() if name == k.name)})
     pkg = f"{PACKAGE} {_package_version(Path(aic_root))}"
     header = (f"perfcast profiling database for {device}, {backend} {version}.\n"
               f"Converted from {pkg} ({LICENCE}), system {system}: see MANIFEST.yaml.")

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from perfcast.hardware.spec import SpecError, error_messages, read_yaml
-from perfcast.perf.profiling import KernelSpec, Mapping, reference_problems, table_problems
+from perfcast.perf.profiling import STATISTICS, KernelSpec, Mapping, reference_problems, table_problems
 
 
 @dataclass
@@ -78,13 +78,12 @@ def _check_mapping(path: Path, report: Report) -> Path | None:
         return None
     for name, spec in mapping.kernels.items():
         _add(report, *table_problems(path.parent, name, spec))
-    report.problems += reference_problems(mapping, path)
-    if mapping.communication is None:
-        return None
-    comm = (path.parent / mapping.communication).resolve()
-    if not comm.is_dir():
+    comm = (path.parent / mapping.communication).resolve() if mapping.communication else None
+    if comm is not None and not comm.is_dir():
         report.problems.append(f"{path}: key 'communication': {mapping.communication} is not a directory")
-        return None
+        comm = None
+    collectives = [c.stem for c in sorted(comm.glob("*.csv"))] if comm is not None else []
+    report.problems += reference_problems(mapping, path, collectives)
     return comm
 
 
@@ -112,7 +111,7 @@ def _check_collectives(comm: Path, report: Report) -> None:
         except Exception as e:  # pandas raises many types for malformed files
             report.problems.append(f"{csv}: cannot read as CSV ({e})")
             continue
-        keys = [c for c in columns if c != "latency_us"]
+        keys = [c for c in columns if c not in STATISTICS]
         if not keys:
             report.problems.append(f"{csv}: no key columns besides latency_us")
             continue

@@ -50,6 +50,8 @@ def work(kind: str, inputs, outputs, attrs: Mapping[str, object]) -> Cost:
 
 def make_leaf(kind: str, name: str, inputs, outputs, **attrs) -> Leaf:
     """A leaf whose cost comes from the rule book."""
+    if kind in COLLECTIVE_KINDS:
+        attrs.setdefault("collective", kind)
     cost = work(kind, inputs, outputs, attrs)
     return Leaf(name=name, kind=kind, inputs=tuple(inputs), outputs=tuple(outputs),
                 cost=cost, attrs=attrs)
@@ -250,3 +252,25 @@ def _fused(inputs, outputs, attrs) -> Cost:
     """A run of memory-bound ops executed as one kernel: intermediates stay on chip, so HBM
     traffic is the run's external inputs and outputs; FLOPs are the members' sum (``flops``)."""
     return Cost({FLOPS_VECTOR: attrs.get("flops", 0), BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
+
+
+# Collectives over a group of ``group_size`` devices along mesh axis ``axis``. The message is the
+# larger of the input and output buffers (the size nccl-tests reports: the gathered output of an
+# all-gather, the scattered input of a reduce-scatter); each device sends message × the bus
+# factor of the algorithm — 2(n−1)/n for all-reduce, (n−1)/n for all-gather, reduce-scatter and
+# all-to-all, 1 for broadcast and send/recv (NVIDIA nccl-tests, doc/PERFORMANCE.md, "Bus
+# bandwidth"). Their time needs a topology (link bandwidth and latency per axis).
+COLLECTIVE_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                              "broadcast", "send_recv"})
+
+
+def collective_message(inputs, outputs) -> sympy.Expr:
+    return sympy.Max(_bytes(inputs[:1]), _bytes(outputs[:1]))
+
+
+@register(*COLLECTIVE_KINDS)
+def _collective(inputs, outputs, attrs) -> Cost:
+    n = sympy.sympify(attrs["group_size"])
+    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": sympy.Integer(1),
+              "send_recv": sympy.Integer(1)}.get(str(attrs.get("collective")), (n - 1) / n)
+    return Cost({f"bytes.link:{attrs['axis']}": collective_message(inputs, outputs) * factor})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from perfcast.hardware.device import Device, exact
-from perfcast.ir import Cost, Leaf
+from perfcast.ir import Cost, Leaf, UserError
 from perfcast.perf.model import PerformanceModel, Provenance, Result
 
 
@@ -75,7 +75,14 @@ class EmpiricalPerformanceModel(PerformanceModel):
             answer: QueryResult | Miss = Miss("symbolic shapes: a table holds concrete sizes")
         else:
             answer = self.data_source.lookup(op)
-        analytic = self._fallback().process_op(op, kernel)
+        try:
+            analytic = self._fallback().process_op(op, kernel)
+        except ValueError as e:  # e.g. a collective: the fallback needs a topology
+            if isinstance(answer, Miss):
+                raise UserError(f"{op.name}: {answer.reason}; and the fallback cannot price it: {e}") from None
+            t = exact(answer.latency_us) / 10**6
+            return Result(t, answer.source, {"comm": t}, (answer.note,) if answer.note else (),
+                          includes_launch=True)
         if isinstance(answer, Miss):
             self.misses.append(MissRecord(op.name, str(op.attr("op") or op.kind), answer.reason))
             return Result(analytic.time_s, Provenance.ANALYTIC, analytic.breakdown,

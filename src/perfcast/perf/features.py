@@ -68,3 +68,12 @@ def _elementwise(leaf: Leaf) -> Features:
     out = (leaf.outputs or leaf.inputs)[0]
     return {"shape": "x".join(str(_int(d)) for d in out.shape), "numel": _int(out.numel),
             "dtype": out.dtype}
+
+
+@register("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+def _collective(leaf: Leaf) -> Features:
+    from perfcast.ir.rules import collective_message
+
+    return {"bytes": _int(collective_message(leaf.inputs, leaf.outputs)),
+            "devices": int(leaf.attr("group_size")), "dtype": leaf.inputs[0].dtype,
+            "tier": int(leaf.attr("tier") or 0)}

@@ -124,12 +124,30 @@ def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable
         return None, [f"{root / 'op_mapping.yaml'}: {e}"]
 
 
-def reference_problems(mapping: Mapping, mapping_path: Path) -> list[str]:
-    """Ops whose kernel types are not defined under ``kernels``."""
-    return [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under 'kernels'"
+def reference_problems(mapping: Mapping, mapping_path: Path, collectives=()) -> list[str]:
+    """Ops whose kernel types are not defined under ``kernels`` (or, for communication ops,
+    among the communication directory's tables)."""
+    return [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under "
+            + ("the communication tables" if entry.category == "communication" else "'kernels'")
             for op, entry in mapping.ops.items()
             for k in (entry.kernel_type, *entry.alternate_kernel_types)
-            if k is not None and k not in mapping.kernels]
+            if k is not None and k not in (collectives if entry.category == "communication" else mapping.kernels)]
+
+
+#: Columns of a measured table that are statistics, not keys.
+STATISTICS = ("latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how")
+
+
+def collective_specs(comm: Path) -> dict[str, KernelSpec]:
+    """Collective tables: every CSV of the communication directory; keys are its columns other
+    than the statistics, interpolated in ``bytes`` (linear: the α–β model between two sizes)."""
+    import pandas as pd
+
+    specs = {}
+    for csv in sorted(comm.glob("*.csv")):
+        cols = [c for c in pd.read_csv(csv, nrows=0).columns if c not in STATISTICS]
+        specs[csv.stem] = KernelSpec(file=csv.name, keys=cols, axes=["bytes"] if "bytes" in cols else [])
+    return specs
 
 
 def _cell(v):
@@ -148,7 +166,12 @@ class ProfilingDataSource(DataSource):
             raise SpecError(f"{mapping_path}: missing (a profiling database needs op_mapping.yaml)")
         self.mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
         self.tables = {n: load_table(self.root, n, s) for n, s in self.mapping.kernels.items()}
-        unknown = reference_problems(self.mapping, mapping_path)
+        if self.mapping.communication is not None:
+            comm = (self.root / self.mapping.communication).resolve()
+            if not comm.is_dir():
+                raise SpecError(f"{mapping_path}: key 'communication': {comm} is not a directory")
+            self.tables.update({n: load_table(comm, n, s) for n, s in collective_specs(comm).items()})
+        unknown = reference_problems(self.mapping, mapping_path, self.tables)
         if unknown:
             raise SpecError(unknown[0])
 
@@ -161,8 +184,8 @@ class ProfilingDataSource(DataSource):
             return QueryResult(0.0, Provenance.MEASURED, f"{name}: zero cost by mapping")
         if entry.category == "accepted_miss":
             return QueryResult(0.0, Provenance.MEASURED, f"{name}: accepted miss: {entry.reason}")
-        if entry.category in ("composite", "communication"):
-            return Miss(f"{name}: {entry.category} lookup is not available for this leaf")
+        if entry.category == "composite":
+            return Miss(f"{name}: composite lookup is not available for this leaf")
         try:
             feats = features(op)
         except ValueError as e:
