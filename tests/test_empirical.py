@@ -229,3 +229,18 @@ ops:
     big = Tensor("x", (8 * mib,), "bf16")
     with pytest.raises(Exception, match="outside the measured range.*cannot price it: .*needs a topology"):
         model.process_op(make_leaf("all_reduce", "ar", (big,), (big,), group_size=8, axis="tp"))
+
+
+def test_composite_fused_kernel_decomposes_into_members(db):
+    x = Tensor("x", (1024, 4096), "bf16")
+    mul_leaf = make_leaf("elementwise", "m", (x, x), (x,), op="aten.mul.Tensor")
+    exp_leaf = make_leaf("elementwise", "e", (x,), (x,), op="aten.exp.default")
+    model = EmpiricalPerformanceModel(get_device("h200-sxm"), ProfilingDataSource(db))
+    both = make_leaf("fused", "f", (x,), (x,), op="fused[mul+mul]", flops=0, members=(mul_leaf, mul_leaf))
+    r = model.process_op(both)
+    assert r.source is Provenance.MEASURED and r.time_s == sympy.Rational(80, 10**6)  # 40 + 40 µs
+    partial = make_leaf("fused", "f", (x,), (x,), op="fused[mul+exp]", flops=0, members=(mul_leaf, exp_leaf))
+    r = model.process_op(partial)
+    fallback = model._fallback().process_op(exp_leaf).time_s
+    assert r.source is Provenance.PARTIAL and r.time_s == sympy.Rational(40, 10**6) + fallback
+    assert "1 priced by the fallback" in r.notes[0]

@@ -200,7 +200,7 @@ class _Lowerer:
                           [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(ins.values())],
                           [self.tensor(f"{name}:out{i}", self.meta[k]) for i, k in enumerate(outs)],
                           op="fused[" + "+".join(packets) + "]", module=run[0][0].module,
-                          flops=flops, members=len(run))]
+                          flops=flops, members=tuple(leaf for _, leaf in run))]
 
 
 def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:

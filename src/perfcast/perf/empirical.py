@@ -27,6 +27,7 @@ class QueryResult:
     latency_us: float
     source: Provenance
     note: str = ""
+    remainder: tuple = ()  # PARTIAL: the sub-kernels the data did not cover (priced by the fallback)
 
     def __post_init__(self):
         if self.source is Provenance.ANALYTIC:
@@ -88,6 +89,8 @@ class EmpiricalPerformanceModel(PerformanceModel):
             return Result(analytic.time_s, Provenance.ANALYTIC, analytic.breakdown,
                           (*analytic.notes, f"fallback: {answer.reason}"))
         t = exact(answer.latency_us) / 10**6
+        for part in answer.remainder:
+            t += self._fallback().process_op(part).time_s
         # The bound label comes from the analytic terms, scaled so the largest equals the
         # measured time: which resource limits the kernel, at the measured speed.
         scale = t / analytic.time_s if analytic.time_s else sympy.Integer(1)

@@ -178,6 +178,8 @@ class ProfilingDataSource(DataSource):
     def lookup(self, op: Leaf) -> QueryResult | Miss:
         name = normalize(str(op.attr("op") or op.kind))
         entry = self.mapping.ops.get(name)
+        if (entry is None or entry.category == "composite") and op.attr("members"):
+            return self._composite(name, op.attr("members"))
         if entry is None:
             return Miss(f"no mapping for {name}")
         if entry.category == "zero_cost":
@@ -199,6 +201,25 @@ class ProfilingDataSource(DataSource):
                 return got
             reasons.append(got)
         return Miss("; ".join(reasons))
+
+    def _composite(self, name: str, members) -> QueryResult | Miss:
+        """A fused kernel decomposed into its member ops, each looked up on its own: their sum
+        (an upper bound — the fused kernel keeps intermediates on chip). PARTIAL when only some
+        members hit; the rest is left to the fallback."""
+        answers = [(m, self.lookup(m)) for m in members]
+        hits = [a for _, a in answers if isinstance(a, QueryResult)]
+        if not hits:
+            return Miss(f"{name}: no member of the fused kernel is in the database")
+        missed = tuple(m for m, a in answers if isinstance(a, Miss))
+        if missed:
+            source = Provenance.PARTIAL
+        elif all(a.source is Provenance.MEASURED for a in hits):
+            source = Provenance.MEASURED
+        else:
+            source = Provenance.INTERPOLATED
+        note = (f"{name}: sum of {len(hits)} of {len(answers)} member kernels measured unfused"
+                + (f"; {len(missed)} priced by the fallback" if missed else ""))
+        return QueryResult(sum(a.latency_us for a in hits), source, note, remainder=missed)
 
     def _query(self, kernel: str, feats: dict) -> QueryResult | str:
         table = self.tables[kernel]
