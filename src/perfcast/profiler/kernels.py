@@ -138,7 +138,7 @@ def _eager_chain(leaf: Leaf, device):
     outs = [random(t.shape, t.dtype, device) for t in leaf.outputs] or [ins[0].clone()]
     outs = [o if o.is_floating_point() else o.float() for o in outs]
     big = max(outs, key=lambda o: o.numel())
-    passes = max(1, int(leaf.attr("members") or 1))
+    passes = max(1, len(leaf.attr("members") or ()))
     rest = [o for o in outs if o is not big]
 
     def run():
