@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench setup
+.PHONY: demo test bench validate setup
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -22,3 +22,6 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py
 	$(VENV)/bin/python benchmarks/loo_accuracy.py
+
+validate: $(STAMP)
+	$(VENV)/bin/python benchmarks/validate_cpu_local.py
