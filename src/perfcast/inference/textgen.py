@@ -93,9 +93,9 @@ def make_model(name: str, device: Device, database: str | None = None):
     if name == "analytic":
         return AnalyticPerformanceModel(device)
     if name == "profiling":
-        from perfcast.perf.profiling import ProfilingDataSource, find_database
+        from perfcast.perf.profiling import find_database, load_database
 
-        return EmpiricalPerformanceModel(device, ProfilingDataSource(find_database(device.name, database)))
+        return EmpiricalPerformanceModel(device, load_database(find_database(device.name, database)))
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 

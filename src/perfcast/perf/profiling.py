@@ -12,6 +12,7 @@ elementwise, moe_fused, zero_cost, accepted_miss, compute (primary then alternat
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -76,6 +77,13 @@ def find_database(device: str, path: str | Path | None = None) -> Path:
                         f"{root}/{device}/<framework>/<version>/op_mapping.yaml); "
                         f"pass --profiling-database DIR")
     return found[-1].parent
+
+
+@lru_cache(maxsize=8)
+def load_database(root: Path) -> "ProfilingDataSource":
+    """A database loaded once per process (its tables are read-only once loaded), so pricing
+    many ops or several requests does not re-read the CSVs."""
+    return ProfilingDataSource(root)
 
 
 def normalize(op: str) -> str:
