@@ -244,3 +244,14 @@ def test_composite_fused_kernel_decomposes_into_members(db):
     fallback = model._fallback().process_op(exp_leaf).time_s
     assert r.source is Provenance.PARTIAL and r.time_s == sympy.Rational(40, 10**6) + fallback
     assert "1 priced by the fallback" in r.notes[0]
+
+
+def test_fallback_is_labelled_as_such_in_shares(db, cli, tmp_path):
+    import json
+
+    doc = json.loads(cli("text-generate", "qwen3-8b", "--device", "h200-sxm", "--decode", "--context-length",
+                         "64", "--num-queries", "2", "--performance-model", "analytic", "--performance-model",
+                         "profiling", "--profiling-database", str(db), "--json", check=True).stdout)
+    assert set(doc["performance_models"]["profiling"]["provenance_shares"]) <= {"measured", "interpolated", "partial", "fallback"}
+    assert "fallback" in doc["performance_models"]["profiling"]["provenance_shares"]
+    assert set(doc["performance_models"]["analytic"]["provenance_shares"]) == {"analytic"}

@@ -61,13 +61,24 @@ def flops_summary(result) -> dict:
             "total": mm + lm + attn + vec}
 
 
+def _label(result, name: str, shares: dict[str, float]) -> dict[str, float]:
+    """In an empirical model, an analytic price is the fallback for a miss: say so."""
+    if not hasattr(result.rollups[name].model, "misses"):
+        return shares
+    return {("fallback" if k == "analytic" else k): v for k, v in shares.items()}
+
+
+def provenance_by_time(result, name: str) -> dict[str, float]:
+    return _label(result, name, result.evaluations[name].provenance_shares())
+
+
 def provenance_by_count(result, name: str) -> dict[str, float]:
     """Share of kernel calls (loop trips counted) by provenance."""
     counts: dict[str, int] = {}
     for lt, row in zip(result.rollups[name].leaves, result.evaluations[name].leaves.values()):
         counts[row["source"]] = counts.get(row["source"], 0) + int(lt.trips)
     total = sum(counts.values())
-    return {k: v / total for k, v in counts.items()} if total else {}
+    return _label(result, name, {k: v / total for k, v in counts.items()} if total else {})
 
 
 def missed_ops(result, name: str) -> list[dict]:
@@ -87,7 +98,7 @@ def missed_ops(result, name: str) -> list[dict]:
 
 
 def empirical_metrics(result) -> dict:
-    return {name: {"provenance_by_time": result.evaluations[name].provenance_shares(),
+    return {name: {"provenance_by_time": provenance_by_time(result, name),
                    "provenance_by_count": provenance_by_count(result, name),
                    "missed_ops": missed_ops(result, name)}
             for name in result.rollups if hasattr(result.rollups[name].model, "misses")}
@@ -99,7 +110,7 @@ def to_json(result) -> dict:
     for name, ev in result.evaluations.items():
         models[name] = {"total_time_s": ev.time_s,
                         "tokens_per_s_per_device": result.tokens_per_s_per_device(name),
-                        "bound_shares": ev.bound_shares(), "provenance_shares": ev.provenance_shares(),
+                        "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
                         "kernel_launches": int(result.rollups[name].launches)}
