@@ -115,13 +115,7 @@ class _Lowerer:
         return self.root.get(t.uid, t.uid)
 
     def expr(self, e) -> sympy.Expr:
-        """``e`` with ShapeEnv symbols (``s0``, …) renamed to the capture's dims (B, S, C)."""
-        e = sympy.sympify(e)
-        names = self.capture.symbols
-        if not names or not e.free_symbols:
-            return e
-        e = e.xreplace({s: names[str(s)] for s in e.free_symbols if str(s) in names})
-        return e.xreplace(self.point) if self.point else e
+        return self.capture.at(e, self.point)
 
     def tensor(self, name: str, t: TensorMeta, dtype: str | None = None, stored: bool = False) -> Tensor:
         shape = t.stored_shape if stored else t.shape

@@ -65,7 +65,7 @@ class Recorder(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         flat_out, _ = tree_flatten(out)
         tensors_in = [a for a in flat_in if isinstance(a, torch.Tensor)]
-        if any(id(t) in self.params for t in tensors_in) and _is_view(func):
+        if any(id(t) in self.params for t in tensors_in) and _carries_weight(func):
             self.params.update(id(o) for o in flat_out if isinstance(o, torch.Tensor))
         scalars = tuple(_scalar(a) for a in flat_in if not isinstance(a, torch.Tensor))
         self.records.append(OpRecord(
@@ -76,7 +76,9 @@ class Recorder(TorchDispatchMode):
         return out
 
 
-def _is_view(func) -> bool:
+def _carries_weight(func) -> bool:
+    """Ops whose output is the weight itself in another form — a view, or a copy or cast of it
+    (a router weight cast to fp32): reading that output is still weight traffic."""
     return bool(getattr(func, "is_view", False)) or func.overloadpacket.__name__ in (
         "t", "transpose", "permute", "view", "_unsafe_view", "reshape", "expand", "slice",
         "select", "unsqueeze", "squeeze", "split", "split_with_sizes", "chunk", "unbind",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfcast.capture import ops
+from perfcast.capture import ops  # noqa: F401  (registers the perfcast.* custom ops)
 
 IMPL = "perfcast"
 

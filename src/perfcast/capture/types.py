@@ -67,6 +67,15 @@ class Capture:
     symbols: dict[str, sympy.Symbol] = field(default_factory=dict)  # ShapeEnv name → dim
     guards: tuple = ()  # conditions on the dims under which a symbolic capture is valid
 
+    def at(self, expr, point: dict | None = None) -> sympy.Expr:
+        """``expr`` with ShapeEnv symbols (``s0``, …) renamed to the capture's dims (B, S, C),
+        then evaluated at ``point`` (dim → value) if given."""
+        e = sympy.sympify(expr)
+        if not self.symbols or not e.free_symbols:
+            return e
+        e = e.xreplace({s: self.symbols[str(s)] for s in e.free_symbols if str(s) in self.symbols})
+        return e.xreplace(point) if point else e
+
 
 def storage_roots(records: list[OpRecord], free: frozenset[str]) -> dict[int, int]:
     """Tensor uid → uid of the tensor whose storage it shares: a view op's (an op in ``free``)

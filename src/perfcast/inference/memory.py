@@ -84,8 +84,6 @@ def kv_cache(lowered: Lowered, point: dict) -> tuple[int, int]:
 def activation_peak(capture: Capture, point: dict | None = None) -> int:
     """Peak bytes of live non-parameter tensors over the captured op sequence (a symbolic
     capture is evaluated at ``point``, dim → value)."""
-    names = {k: (point or {}).get(v) for k, v in capture.symbols.items()}
-    subs = {"names": {k: v for k, v in names.items() if v is not None}}
     records = capture.records
     root = storage_roots(records, FREE)
     size: dict[int, int] = {}
@@ -93,7 +91,7 @@ def activation_peak(capture: Capture, point: dict | None = None) -> int:
     for i, r in enumerate(records):
         for t in (*r.inputs, *r.outputs):
             if not t.is_param:
-                size.setdefault(root[t.uid], _nbytes(t, subs))
+                size.setdefault(root[t.uid], int(capture.at(t.numel * itemsize(t.dtype), point)))
                 last[root[t.uid]] = i
     live, peak, born = 0, 0, set()
     ends: dict[int, list[int]] = {}
@@ -112,9 +110,3 @@ def activation_peak(capture: Capture, point: dict | None = None) -> int:
             live -= size[rid]
     return peak
 
-
-def _nbytes(t, subs) -> int:
-    n = sympy.sympify(t.numel * itemsize(t.dtype))
-    if n.free_symbols:
-        n = n.xreplace({s: subs["names"][str(s)] for s in n.free_symbols if str(s) in subs["names"]})
-    return int(n)
