@@ -43,7 +43,7 @@ def test_symbolic_bytes():
 
 
 def test_bad_topologies():
-    with pytest.raises(ValueError, match="expected KIND:SHAPE"):
+    with pytest.raises(ValueError, match="KIND:SHAPE"):
         parse_tier("torus", BW)
     with pytest.raises(ValueError, match="kind 'donut'"):
         parse_tier("donut:4", BW)

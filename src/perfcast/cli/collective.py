@@ -1,5 +1,5 @@
-"""``perfcast collective``: the time of one collective on a topology tier, with the algorithm
-chosen, the links it uses and its α–β formula."""
+"""``perfcast collective``: the time of one collective on a topology, with the algorithm
+chosen, the links it uses, the tiers it crosses and its α–β formula."""
 
 from __future__ import annotations
 
@@ -13,36 +13,49 @@ from perfcast.report.format import seconds, si
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("collective", help="price one collective on a topology tier",
-                       description="α–β cost of a collective on a torus, ring, switch or full mesh.")
+    p = sub.add_parser("collective", help="price one collective on a topology",
+                       description="α–β cost of a collective on a shipped topology (hgx-h200, …), a "
+                                   "topology YAML file, or an ad-hoc torus, ring, switch or full mesh.")
     p.add_argument("op", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, send_recv")
-    p.add_argument("--topology", required=True, metavar="KIND:SHAPE",
-                   help="torus:2x2x2, mesh:4x4 (no wraparound), ring:8, switch:8, full_mesh:8")
-    p.add_argument("--link-bandwidth", required=True, metavar="B/s", help="per link, per direction")
-    p.add_argument("--link-latency", default="0", metavar="S", help="per hop (default 0)")
+    p.add_argument("--topology", required=True, metavar="NAME|FILE|KIND:SHAPE",
+                   help="a shipped topology (perfcast topologies), a YAML file, or torus:2x2x2, "
+                        "mesh:4x4 (no wraparound), ring:8, switch:8, full_mesh:8")
+    p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc shapes only)")
+    p.add_argument("--link-latency", default="0", metavar="S", help="per hop (ad-hoc shapes; default 0)")
     p.add_argument("--bytes", required=True, metavar="N", help="message size per device")
-    p.add_argument("--group-size", type=int, help="devices taking part (default: the whole tier)")
-    p.add_argument("--algorithm", help="force ring, multiport, tree or direct")
+    p.add_argument("--group-size", type=int,
+                   help="devices taking part (default: the innermost tier; larger groups span tiers)")
+    p.add_argument("--stride", type=int, default=1,
+                   help="distance between consecutive group members (e.g. 8: one GPU per node)")
+    p.add_argument("--algorithm", help="force ring, multiport, tree, direct or hierarchical")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from perfcast.hardware.topology import parse_tier
-    from perfcast.perf.collectives import cost
+    from perfcast.hardware.topology import resolve_topology
+    from perfcast.ir.errors import UserError
+    from perfcast.perf.collectives import topology_cost
 
-    tier = parse_tier(args.topology, number(args.link_bandwidth, "--link-bandwidth", "B/s"),
-                      number(args.link_latency, "--link-latency", "S"))
+    bw = None if args.link_bandwidth is None else number(args.link_bandwidth, "--link-bandwidth", "B/s")
+    topo = resolve_topology(args.topology, bw, number(args.link_latency, "--link-latency", "S"))
+    if bw is not None and ":" not in args.topology:
+        raise UserError(f"--link-bandwidth applies to ad-hoc KIND:SHAPE topologies; {topo.name} gives its own")
     nbytes = number(args.bytes, "--bytes", "N")
-    c = cost(args.op, int(nbytes) if float(nbytes).is_integer() else nbytes, tier, args.group_size, args.algorithm)
-    doc = {"op": c.op, "topology": tier.name, "group_size": args.group_size or tier.size,
+    group = args.group_size or topo.tiers[0].size
+    c = topology_cost(args.op, int(nbytes) if float(nbytes).is_integer() else nbytes, topo.with_devices(group * args.stride),
+                      group, args.stride, args.algorithm)
+    span = [(t.name, k) for t, k in topo.with_devices(group * args.stride).span(group, args.stride) if k > 1]
+    doc = {"op": c.op, "topology": topo.name, "group_size": group, "stride": args.stride,
            "bytes": nbytes, "time_s": float(c.time_s), "algorithm": c.algorithm,
-           "links_per_node": tier.links_per_device, "links_used": c.links_used, "formula": c.formula}
+           "links_per_node": topo.tiers[0].links_per_device, "links_used": c.links_used,
+           "tiers": [{"tier": n, "devices": k} for n, k in span], "formula": c.formula}
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    Console().print(f"{c.op} of {si(float(nbytes), 'B')} over {doc['group_size']} devices of {tier.name} "
-                    f"({tier.links_per_device} links per device): {seconds(float(c.time_s))} "
-                    f"by {c.algorithm} — {c.formula}", highlight=False)
+    where = " × ".join(f"{k} on {n}" for n, k in span) or "one device"
+    Console().print(f"{c.op} of {si(float(nbytes), 'B')} over {group} devices of {topo.name} ({where}; "
+                    f"{topo.tiers[0].links_per_device} links per device): {seconds(float(c.time_s))} "
+                    f"by {c.algorithm} — {c.formula}", highlight=False, markup=False)
     return 0

@@ -60,3 +60,40 @@ def run(args) -> int:
                   si(r["hbm_bandwidth_bytes_per_s"], "B/s"), links, ", ".join(r["calibrated"]) or "none")
     Console(width=max(160, Console().width)).print(t)
     return 0
+
+
+def add_topologies_parser(sub) -> None:
+    p = sub.add_parser("topologies", help="list the shipped topologies",
+                       description="List the shipped topologies (or check one file): tiers innermost first.")
+    p.add_argument("--topology-file", metavar="PATH", help="validate and show this YAML file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run_topologies)
+
+
+def run_topologies(args) -> int:
+    from perfcast.hardware.topology import get_topology, load_topology_file, topology_names
+
+    topos = [load_topology_file(args.topology_file)] if args.topology_file else [get_topology(n) for n in topology_names()]
+    rows = [{"name": t.name, "description": t.description, "device": t.device, "devices": t.size,
+             "tiers": [{"name": x.name, "kind": x.kind, "shape": list(x.dims), "wraparound": x.wraparound,
+                        "links_per_device": x.links_per_device,
+                        "link_bandwidth_bytes_per_s": float(x.link_bandwidth_bytes_per_s),
+                        "link_latency_s": float(x.link_latency_s),
+                        "calibrated": sorted(op for op, _ in x.calibration)} for x in t.tiers],
+             "file": str(t.path)} for t in topos]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    t = Table(title="Topologies (tiers innermost first)")
+    for col in ("name", "device", "devices", "tiers", "calibrated"):
+        t.add_column(col)
+    for r in rows:
+        tiers = "; ".join(f"{x['name']}: {x['kind']} {'x'.join(map(str, x['shape']))}"
+                          f"{'' if x['wraparound'] or x['kind'] != 'torus' else ' (no wrap)'}, "
+                          f"{x['links_per_device']}×{si(x['link_bandwidth_bytes_per_s'], 'B/s')}"
+                          for x in r["tiers"])
+        cal = "; ".join(f"{x['name']}: {', '.join(x['calibrated'])}" for x in r["tiers"] if x["calibrated"])
+        t.add_row(r["name"], r["device"], str(r["devices"]), tiers, cal or "none")
+    Console(width=max(160, Console().width)).print(t)
+    return 0

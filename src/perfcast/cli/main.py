@@ -17,6 +17,7 @@ def build_parser() -> Parser:
 
     for module in (devices, kernels, kernel, models, textgen, op, profile, db, collective):
         module.add_parser(sub)
+    devices.add_topologies_parser(sub)
     return parser
 
 

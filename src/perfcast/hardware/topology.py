@@ -1,22 +1,50 @@
 """Topologies: how devices are wired, tier by tier, and how many links each device drives.
 
-A tier is a torus (any number of dims, with or without wraparound), a ring, a switch or a full
-mesh, with a link bandwidth (per link, per direction) and a per-hop latency. Links per device
-are counted by *distinct neighbours*: on a torus dim of size 2 the + and − neighbours are the
-same device, so that dim contributes one link, not two (ARCHITECTURE.md §4, WE-2).
+A topology is a list of tiers, innermost first (die → node → pod): tier ``i`` joins ``size``
+units of tier ``i−1`` (devices for tier 0). A tier is a torus (any number of dims, with or
+without wraparound), a ring, a switch or a full mesh, with a link bandwidth (per link, per
+direction) and a per-hop latency. Links per device are counted by *distinct neighbours*: on a
+torus dim of size 2 the + and − neighbours are the same device, so that dim contributes one
+link, not two (ARCHITECTURE.md §4, WE-2). A switch tier says how many ports each device has
+(18 NVLinks into the NVSwitches of an HGX H100 node; one NIC per GPU on a rail-optimised
+InfiniBand fabric).
+
+Shipped topologies are YAML files in ``topologies/`` with the same strictness as devices:
+every datasheet number has a source; calibration (per-collective bandwidth efficiency and
+per-step latency fitted on measured collectives) is kept apart, with sources of its own.
+
+A :class:`Mesh` lays named parallel axes (``tp``, ``dp``, ``pp`` …) over a topology, innermost
+axis first on the innermost tier, and says which tiers each axis's groups span.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
 
 import sympy
+from pydantic import Field, model_validator
 
 from perfcast.hardware.device import exact
+from perfcast.hardware.spec import Positive, SpecError, Text, _check_sources, _leaf_paths, _Strict, parse_spec, read_yaml
 from perfcast.ir.errors import UserError
 
 KINDS = ("torus", "ring", "switch", "full_mesh")
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send_recv")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A collective's fitted figures on one tier: achieved / datasheet link bandwidth, and the
+    per-step latency that replaces the datasheet hop latency."""
+
+    bandwidth_efficiency: sympy.Expr = sympy.Integer(1)
+    latency_s: sympy.Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -27,6 +55,8 @@ class Tier:
     link_bandwidth_bytes_per_s: sympy.Expr
     link_latency_s: sympy.Expr = sympy.Integer(0)
     wraparound: bool = True
+    ports: int | None = None  # a switch's ports per device (default 1)
+    calibration: tuple[tuple[str, Calibration], ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -35,6 +65,9 @@ class Tier:
             raise UserError(f"topology tier {self.name}: sizes must be positive integers, got {self.dims}")
         if self.kind != "torus" and len(self.dims) != 1:
             raise UserError(f"topology tier {self.name}: a {self.kind} has one size, got {self.dims}")
+        if self.ports is not None and self.kind != "switch":
+            raise UserError(f"topology tier {self.name}: links_per_device is given only for a switch "
+                            f"(a {self.kind} counts its distinct neighbours)")
 
     @property
     def size(self) -> int:
@@ -44,14 +77,14 @@ class Tier:
     def links_per_device(self) -> int:
         """Distinct neighbours: torus dims of size 1 add none, of size 2 one, larger two (or one
         at the ends without wraparound — interior devices still have two); a ring has two
-        (one when it has two devices); a switch port is one link; a full mesh links to all."""
+        (one when it has two devices); a switch has its ports; a full mesh links to all."""
         n = self.size
         if self.kind == "torus":
             return sum(0 if d == 1 else 1 if d == 2 else 2 for d in self.dims)
         if self.kind == "ring":
             return 0 if n == 1 else 1 if n == 2 else 2
         if self.kind == "switch":
-            return 1
+            return self.ports or 1
         return n - 1
 
     @property
@@ -63,6 +96,72 @@ class Tier:
             return self.size // 2
         return 1 if self.size > 1 else 0
 
+    def calibrated(self, op: str) -> Calibration:
+        """The calibration of ``op`` on this tier (or the tier's ``default`` one, or none)."""
+        table = dict(self.calibration)
+        return table.get(op) or table.get("default") or Calibration()
+
+    def resized(self, size: int) -> "Tier":
+        if self.kind == "torus" and len(self.dims) > 1:
+            raise UserError(f"topology tier {self.name}: a {'x'.join(map(str, self.dims))} torus cannot be "
+                            f"resized to {size}; choose a topology of that shape")
+        return replace(self, dims=(size,))
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    tiers: tuple[Tier, ...]  # innermost first
+    description: str = ""
+    device: str | None = None  # the accelerator the topology is built from
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def size(self) -> int:
+        return math.prod(t.size for t in self.tiers)
+
+    def with_devices(self, n: int) -> "Topology":
+        """The topology with room for ``n`` devices: itself when it has enough, else with its
+        outermost tier grown (``n`` must then fill whole units of the inner tiers)."""
+        if n <= self.size:
+            return self
+        inner = math.prod(t.size for t in self.tiers[:-1])
+        if n % inner:
+            raise UserError(f"{n} devices do not fill whole units of {inner} devices "
+                            f"({self.tiers[-2].name}) on topology {self.name}")
+        return replace(self, tiers=(*self.tiers[:-1], self.tiers[-1].resized(n // inner)))
+
+    def span(self, group_size: int, stride: int = 1) -> list[tuple[Tier, int]]:
+        """The tiers a group of ``group_size`` devices ``stride`` apart crosses, with how many
+        units of each tier it takes part in (their product is the group size). Groups must line
+        up with tier boundaries (a stride and a size that are products of tier sizes, or fit in
+        one tier)."""
+        if group_size < 1 or group_size * stride > self.size:
+            raise UserError(f"a group of {group_size} devices {stride} apart does not fit on topology "
+                            f"{self.name} ({self.size} devices)")
+        out: list[tuple[Tier, int]] = []
+        r, g = stride, group_size
+        for tier in self.tiers:
+            if g == 1:
+                break
+            if r >= tier.size:
+                if r % tier.size:
+                    raise UserError(f"topology {self.name}: a stride of {stride} devices does not line up "
+                                    f"with tier {tier.name} of {tier.size}")
+                r //= tier.size
+                continue
+            if tier.size % r:
+                raise UserError(f"topology {self.name}: a stride of {stride} devices does not line up "
+                                f"with tier {tier.name} of {tier.size}")
+            take = min(g, tier.size // r)
+            if g % take:
+                raise UserError(f"topology {self.name}: a group of {group_size} devices does not line up "
+                                f"with tier {tier.name} of {tier.size}")
+            out.append((tier, take))
+            g //= take
+            r = 1
+        return out
+
 
 def parse_tier(text: str, link_bandwidth: float, link_latency: float = 0.0) -> Tier:
     """An ad-hoc tier: ``torus:2x2x2``, ``mesh:4x4`` (torus without wraparound), ``ring:8``,
@@ -73,9 +172,151 @@ def parse_tier(text: str, link_bandwidth: float, link_latency: float = 0.0) -> T
     except ValueError:
         dims = ()
     if not sep or not dims:
-        raise UserError(f"--topology {text!r}: expected KIND:SHAPE such as torus:2x2x2, ring:8, switch:8")
+        raise UserError(f"--topology {text!r}: expected a topology name, a YAML file or KIND:SHAPE "
+                        f"such as torus:2x2x2, ring:8, switch:8")
     wrap = kind != "mesh"
     kind = "torus" if kind == "mesh" else kind
     if link_bandwidth <= 0:
         raise UserError(f"--link-bandwidth must be positive (got {link_bandwidth})")
     return Tier(text, kind, dims, exact(link_bandwidth), exact(link_latency), wrap)
+
+
+# --- YAML schema ---------------------------------------------------------------------------------
+
+
+class _CalibrationSpec(_Strict):
+    bandwidth_efficiency: Annotated[float, Field(strict=True, gt=0, le=1)] = 1.0
+    latency_s: Positive | None = None
+
+
+class _TierSpec(_Strict):
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+    kind: Literal[KINDS]  # type: ignore[valid-type]
+    shape: list[Annotated[int, Field(strict=True, gt=0)]] = Field(min_length=1)
+    wraparound: bool = True
+    links_per_device: Annotated[int, Field(strict=True, gt=0)] | None = None
+    link_bandwidth_bytes_per_s: Positive
+    link_latency_s: Positive
+    calibration: dict[Literal[(*COLLECTIVES, "default")], _CalibrationSpec] = Field(default_factory=dict)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind != "torus" and len(self.shape) != 1:
+            raise ValueError(f"@shape: a {self.kind} has one size, got {self.shape}")
+        if self.kind == "switch" and self.links_per_device is None:
+            raise ValueError("@links_per_device: a switch tier needs its ports per device")
+        if self.kind != "switch" and self.links_per_device is not None:
+            raise ValueError(f"@links_per_device: a {self.kind} counts its distinct neighbours; "
+                             f"give links_per_device only for a switch")
+        return self
+
+
+class TopologySpec(_Strict):
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")]
+    description: Text
+    device: Text
+    tiers: list[_TierSpec] = Field(min_length=1)
+    sources: dict[str, Text]
+    calibration_sources: dict[str, Text] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        values = {}
+        cal = {}
+        for t in self.tiers:
+            d = t.model_dump(exclude={"name", "kind", "wraparound", "calibration", "shape"}, exclude_none=True)
+            values.update({f"{t.name}.{k}": v for k, v in d.items()})
+            cal.update({f"{t.name}.{op}": v for op, v in t.calibration.items()})
+        _check_sources(set(values), self.sources)
+        try:
+            _check_sources(set(cal), self.calibration_sources)
+        except ValueError as e:
+            raise ValueError(str(e).replace("@sources.", "@calibration_sources.", 1)) from None
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError("@tiers: tier names must be distinct")
+        return self
+
+
+def _tier(spec: _TierSpec) -> Tier:
+    cal = tuple((op, Calibration(exact(c.bandwidth_efficiency), None if c.latency_s is None else exact(c.latency_s)))
+                for op, c in spec.calibration.items())
+    return Tier(spec.name, spec.kind, tuple(spec.shape), exact(spec.link_bandwidth_bytes_per_s),
+                exact(spec.link_latency_s), spec.wraparound, spec.links_per_device, cal)
+
+
+def _shipped() -> dict[str, Path]:
+    folder = resources.files("perfcast.hardware") / "topologies"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
+
+
+def topology_names() -> list[str]:
+    return sorted(_shipped())
+
+
+@lru_cache(maxsize=None)
+def load_topology_file(path: str | Path) -> Topology:
+    path = Path(path)
+    spec = parse_spec(TopologySpec, path, read_yaml(path))
+    return Topology(spec.name, tuple(_tier(t) for t in spec.tiers), spec.description, spec.device, path)
+
+
+def get_topology(name: str) -> Topology:
+    """A shipped topology by name; an unknown name is an error that suggests the closest."""
+    shipped = _shipped()
+    if name not in shipped:
+        close = difflib.get_close_matches(name, shipped, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(shipped))}"
+        raise SpecError(f"unknown topology {name!r}{hint}")
+    topo = load_topology_file(shipped[name])
+    if topo.name != name:
+        raise SpecError(f"{topo.path}: key 'name' is {topo.name!r}, expected {name!r} (the file name)")
+    return topo
+
+
+def resolve_topology(text: str, link_bandwidth: float | None = None, link_latency: float = 0.0) -> Topology:
+    """``--topology``: a shipped name, a YAML file, or an ad-hoc ``KIND:SHAPE`` tier (which
+    needs ``link_bandwidth``)."""
+    if ":" in text and not text.endswith((".yaml", ".yml")):
+        if link_bandwidth is None:
+            raise UserError(f"--topology {text}: an ad-hoc tier needs --link-bandwidth (B/s per link)")
+        tier = parse_tier(text, link_bandwidth, link_latency)
+        return Topology(text, (tier,), f"ad-hoc {text}")
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        return load_topology_file(text)
+    return get_topology(text)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Named parallel axes laid over a topology, the first axis innermost (its devices
+    adjacent), each later one strided by the product of the axes before it."""
+
+    topology: Topology
+    axes: tuple[tuple[str, int], ...]
+
+    def __post_init__(self):
+        n = math.prod(s for _, s in self.axes)
+        if n > self.topology.size:
+            raise UserError(f"mesh {self.describe()} needs {n} devices; topology {self.topology.name} "
+                            f"has {self.topology.size}")
+
+    def describe(self) -> str:
+        return "×".join(f"{a}{s}" for a, s in self.axes) or "1"
+
+    def size(self, axis: str) -> int:
+        for a, s in self.axes:
+            if a == axis:
+                return s
+        raise UserError(f"mesh axis {axis!r} is not one of {', '.join(a for a, _ in self.axes) or 'none'}")
+
+    def stride(self, axis: str) -> int:
+        st = 1
+        for a, s in self.axes:
+            if a == axis:
+                return st
+            st *= s
+        raise UserError(f"mesh axis {axis!r} is not one of {', '.join(a for a, _ in self.axes) or 'none'}")
+
+    def span(self, axis: str, group_size: int | None = None) -> list[tuple[Tier, int]]:
+        return self.topology.span(group_size or self.size(axis), self.stride(axis))
