@@ -25,8 +25,11 @@ from collections.abc import Iterable
 import sympy
 
 from perfcast.hardware.device import Device
-from perfcast.ir import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost, Leaf, hw
+from perfcast.hardware.topology import Mesh
+from perfcast.ir import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost, Leaf, UserError, hw
 from perfcast.ir.cost import LINK_PREFIX
+from perfcast.ir.rules import collective_message
+from perfcast.perf.collectives import span_costs
 from perfcast.ir.symbols import HARDWARE
 from perfcast.perf.efficiency import Efficiency
 from perfcast.perf.model import PerformanceModel, Provenance, Result
@@ -35,8 +38,9 @@ from perfcast.perf.model import PerformanceModel, Provenance, Result
 class AnalyticPerformanceModel(PerformanceModel):
     name = "analytic"
 
-    def __init__(self, device: Device, symbolic: Iterable[str] = ()):
+    def __init__(self, device: Device, symbolic: Iterable[str] = (), mesh: Mesh | None = None):
         self.device = device
+        self.mesh = mesh
         self.symbolic = frozenset(symbolic)
         self.efficiencies = {u: Efficiency(u, device.efficiency(u)) for u in ("matrix", "vector", "memory")}
         unknown = self.symbolic - set(HARDWARE)
@@ -50,10 +54,8 @@ class AnalyticPerformanceModel(PerformanceModel):
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
         c, d, notes = op.cost, self.device, []
         size = kernel if kernel is not None else c
-        links = [r for r in c if r.startswith(LINK_PREFIX)]
-        if links:
-            raise ValueError(f"leaf {op.name}: {links[0]} needs a topology to be priced "
-                             f"(this model prices one device)")
+        if any(r.startswith(LINK_PREFIX) for r in c):
+            return self.collective(op)
         terms: dict[str, sympy.Expr] = {}
         compute = sympy.Integer(0)
         if FLOPS_MATRIX in c:
@@ -81,6 +83,30 @@ class AnalyticPerformanceModel(PerformanceModel):
             terms["memory.onchip"] = c[BYTES_ONCHIP] / bw
         time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
         return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
+
+    def collective(self, op: Leaf) -> Result:
+        """A collective leaf on the mesh: the cheapest algorithm over the tiers its group spans."""
+        axis, group = op.attr("axis"), op.attr("group_size")
+        if self.mesh is None:
+            raise UserError(f"{op.name}: a {op.kind} over mesh axis {axis!r} needs a topology to be "
+                            f"priced (pass --topology)")
+        group = int(group) if group is not None else self.mesh.size(axis)
+        options = span_costs(op.kind, collective_message(op.inputs, op.outputs), self.mesh.span(axis, group))
+        if all(o.time_s.is_number for o in options):
+            best = min(options, key=lambda o: float(o.time_s))
+            time, note = best.time_s, f"{op.kind} over {axis}({group}): {best.algorithm} — {best.formula}"
+        else:
+            time = sympy.Min(*(o.time_s for o in options))
+            note = f"{op.kind} over {axis}({group}): cheapest of {', '.join(o.algorithm for o in options)}"
+        return Result(time, Provenance.ANALYTIC, {f"comm.{axis}": time}, (note,))
+
+    def crosses_tiers(self, op: Leaf) -> list[str]:
+        """The topology tiers a collective leaf's group spans (empty without a mesh)."""
+        if self.mesh is None:
+            return []
+        group = op.attr("group_size")
+        axis = op.attr("axis")
+        return [t.name for t, k in self.mesh.span(axis, int(group) if group is not None else None) if k > 1]
 
     def launch_overhead(self) -> Result:
         t = self._param("kernel_static_latency_s", self.device.kernel_static_latency_s)

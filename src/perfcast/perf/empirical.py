@@ -62,18 +62,22 @@ class EmpiricalPerformanceModel(PerformanceModel):
     data_source: DataSource
     fallback: PerformanceModel | None = None
     name: str = "profiling"
+    mesh: object = None  # a hardware.topology.Mesh: collectives' groups and the fallback's topology
     misses: list[MissRecord] = field(default_factory=list)
 
     def _fallback(self) -> PerformanceModel:
         if self.fallback is None:
             from perfcast.perf.analytic import AnalyticPerformanceModel
 
-            self.fallback = AnalyticPerformanceModel(self.device)
+            self.fallback = AnalyticPerformanceModel(self.device, mesh=self.mesh)
         return self.fallback
 
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
         if _symbolic(op):
             answer: QueryResult | Miss = Miss("symbolic shapes: a table holds concrete sizes")
+        elif len(tiers := self._tiers(op)) > 1 or tiers and tiers[0] != self.mesh.topology.tiers[0].name:
+            answer = Miss(f"the group crosses {' and '.join(tiers)}; the measured collectives are "
+                          f"within one {self.mesh.topology.tiers[0].name} domain")
         else:
             answer = self.data_source.lookup(op)
         try:
@@ -97,6 +101,15 @@ class EmpiricalPerformanceModel(PerformanceModel):
         breakdown = {k: v * scale for k, v in analytic.breakdown.items()} or {"latency.measured": t}
         return Result(t, answer.source, breakdown, (answer.note,) if answer.note else (),
                       includes_launch=True)
+
+    def _tiers(self, op: Leaf) -> list[str]:
+        """The topology tiers a collective leaf's group crosses (none for other leaves)."""
+        if self.mesh is None or op.attr("axis") is None:
+            return []
+        from perfcast.perf.analytic import AnalyticPerformanceModel
+
+        model = self._fallback()
+        return model.crosses_tiers(op) if isinstance(model, AnalyticPerformanceModel) else []
 
     def launch_overhead(self) -> Result:
         return self._fallback().launch_overhead()
