@@ -7,8 +7,9 @@ Kinds are grouped into named families so that a rule is written once per family.
 Counting conventions (stated once, used everywhere):
 - a matrix contraction costs 2 FLOPs (multiply + add) per point of its iteration space
   (PyTorch ``torch/utils/flop_counter.py``: ``mm_flop = 2 * m * n * k``);
-- an elementwise vector op costs 1 FLOP per output element (``exp`` included: one
-  special-function-unit issue, as in the FlashAttention-2 paper's non-matmul FLOP count, §3.1);
+- an elementwise vector op costs 1 FLOP per output element (``exp``, ``sigmoid`` and ``silu``
+  included: one special-function-unit issue, as in the FlashAttention-2 paper's non-matmul FLOP
+  count, §3.1);
 - a reduction over ``n`` elements costs ``n`` vector FLOPs (one combine per input element);
 - a tile load/store moves its tile's bytes across HBM; on-chip ops read their inputs and
   write their outputs in on-chip memory (``bytes.onchip``).
@@ -31,7 +32,8 @@ Rule = Callable[[tuple[Tensor, ...], tuple[Tensor, ...], Mapping[str, object]], 
 
 MEMORY_KINDS = frozenset({"load", "store"})
 MATRIX_KINDS = frozenset({"einsum"})
-UNARY_KINDS = frozenset({"exp", "neg", "recip", "rsqrt", "sqrt", "log", "tanh", "cast"})
+UNARY_KINDS = frozenset({"exp", "neg", "recip", "rsqrt", "sqrt", "log", "tanh", "cast", "sigmoid",
+                         "silu"})
 BINARY_KINDS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
 REDUCTION_KINDS = frozenset({"sum", "max"})
 FILL_KINDS = frozenset({"fill"})
@@ -67,10 +69,18 @@ def _memory(inputs, outputs, attrs) -> Cost:
     return Cost({BYTES_HBM: moved.nbytes})
 
 
+def einsum_specs(equation: str) -> tuple[tuple[str, ...], str | None]:
+    """The one parser of einsum equations: the operands' index strings and the output's (None
+    when the equation has no ``->``), spaces removed."""
+    parts = equation.replace(" ", "").split("->")
+    if len(parts) > 2:
+        raise ValueError(f"einsum {equation!r} has more than one '->'")
+    return tuple(parts[0].split(",")), (parts[1] if len(parts) == 2 else None)
+
+
 def einsum_sizes(equation: str, inputs) -> dict[str, sympy.Expr]:
     """Index letter → size, read from the operands' shapes; mismatches raise."""
-    lhs = equation.replace(" ", "").split("->")[0]
-    specs = lhs.split(",")
+    specs, _ = einsum_specs(equation)
     if len(specs) != len(inputs):
         raise ValueError(f"einsum {equation!r} names {len(specs)} operands, got {len(inputs)}")
     sizes: dict[str, sympy.Expr] = {}
@@ -160,9 +170,12 @@ def _norm(inputs, outputs, attrs) -> Cost:
 
 @register("topk")
 def _topk(inputs, outputs, attrs) -> Cost:
-    """Selection of k of n per row: n·⌈log2 k⌉ comparisons (heap select); sort is k = n."""
-    k = int(attrs.get("k", 2))
-    return Cost({FLOPS_VECTOR: inputs[0].numel * max(1, (k - 1).bit_length()),
+    """Selection of k of n per row: n·⌈log2 k⌉ comparisons (heap select); sort is k = n.
+    ``k`` may be a symbol (the DSL keeps it symbolic)."""
+    k = sympy.sympify(attrs.get("k", 2))
+    passes = (max(1, (int(k) - 1).bit_length()) if k.is_Integer
+              else sympy.Max(1, sympy.ceiling(sympy.log(k, 2))))
+    return Cost({FLOPS_VECTOR: inputs[0].numel * passes,
                  BYTES_HBM: _bytes(inputs) + _bytes(outputs)})
 
 

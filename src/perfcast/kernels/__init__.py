@@ -1,5 +1,6 @@
 """The kernel catalog (DSL kernels with default design points)."""
 
+from perfcast.kernels import deepseek_moe as _deepseek_moe  # noqa: F401  (registers)
 from perfcast.kernels import flash_attention as _flash_attention  # noqa: F401  (registers)
 from perfcast.kernels.registry import KernelSpec, catalog, get_kernel, kernel
 
