@@ -1,0 +1,116 @@
+"""Benchmark: analytic collective times on one HGX H200 node against measured NCCL runs.
+
+Every all-reduce, all-gather and reduce-scatter row (2, 4 and 8 GPUs, fp16 and int8, 512 B to
+512 MiB) of the NCCL tables in the H200 profiling database shipped with perfcast (converted from
+aiconfigurator-core 0.12.0, ``h200_sxm/comm/nccl/2.29.2``: nccl-tests, NCCL's default algorithm
+selection) is priced by :func:`perfcast.perf.collectives.topology_cost` on the ``hgx-h200``
+topology — once with its calibration (fitted on the H100 rows only by
+``tools/calibrate_collectives.py``; the H200 rows are held out) and once with the datasheet
+figures alone (link bandwidth, hop latency) — with the message the table's ``bytes``
+(nccl-tests' size: the larger of input and output, as perfcast's collective leaves). It prints
+the median and p90 |error| per op and size band and overall (the three ops), and the datasheet
+÷ calibrated ratio of the medians. All-to-all is printed too, outside the overall figure.
+
+Anchor: ASTRA-sim's analytical backend is 9.7–20.6 % off real NCCL all-reduce on HGX H100
+(geomean error for 8, 4 and 2 GPUs, NCCL forced to Ring; ASTRA-sim documentation, "Validation on
+GPU Systems - NCCL over HGX-H100 Systems"). Target: median ≤ 10 %.
+
+Run: ``make bench`` (or ``.venv/bin/python benchmarks/nccl_accuracy.py [--database DIR]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from perfcast.hardware.topology import Topology, get_topology
+from perfcast.perf.collectives import topology_cost
+from perfcast.perf.profiling import find_database, load_database
+
+TARGET_MEDIAN = 0.10
+TOPOLOGY = "hgx-h200"
+OPS = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter"}
+EXTRA = {"all_to_all": "AllToAll"}
+BANDS = (("< 64 KiB", 0, 64 << 10), ("64 KiB–8 MiB", 64 << 10, 8 << 20), ("≥ 8 MiB", 8 << 20, 1 << 62))
+
+
+def datasheet(topo: Topology) -> Topology:
+    """The topology with every calibration dropped."""
+    return replace(topo, tiers=tuple(replace(t, calibration=()) for t in topo.tiers))
+
+
+def errors(database: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """op → {'bytes', 'devices', 'calibrated', 'datasheet'} (signed relative errors)."""
+    tables = load_database(find_database("h200-sxm", database)).tables
+    cal = get_topology(TOPOLOGY)
+    raw = datasheet(cal)
+    out = {}
+    for op, name in {**OPS, **EXTRA}.items():
+        rows = sorted(tables[name].rows.items())
+        nbytes = np.array([k[2] for k, _ in rows])
+        devices = np.array([k[0] for k, _ in rows])
+        measured = np.array([us * 1e-6 for _, us in rows])
+        pred = {label: np.array([float(topology_cost(op, int(b), topo, int(n)).time_s)
+                                 for b, n in zip(nbytes, devices)])
+                for label, topo in (("calibrated", cal), ("datasheet", raw))}
+        out[op] = {"bytes": nbytes, "devices": devices,
+                   **{label: p / measured - 1 for label, p in pred.items()}}
+    return out
+
+
+def stats(e: np.ndarray) -> tuple[float, float]:
+    a = np.abs(e)
+    return float(np.median(a)), float(np.percentile(a, 90))
+
+
+def summary(database: str | None = None) -> list[tuple[str, str, int, float, float, float, float]]:
+    """(op, band, rows, calibrated median, p90, datasheet median, p90) per op and band, then
+    each op over all bands, then 'overall' (all-reduce, all-gather, reduce-scatter)."""
+    errs = errors(database)
+    lines = []
+    for op, d in errs.items():
+        for band, lo, hi in (*BANDS, ("all sizes", 0, 1 << 62)):
+            m = (d["bytes"] >= lo) & (d["bytes"] < hi)
+            lines.append((op, band, int(m.sum()), *stats(d["calibrated"][m]), *stats(d["datasheet"][m])))
+    for band, lo, hi in (*BANDS, ("all sizes", 0, 1 << 62)):
+        pick = {label: np.concatenate([d[label][(d["bytes"] >= lo) & (d["bytes"] < hi)]
+                                       for op, d in errs.items() if op in OPS])
+                for label in ("calibrated", "datasheet")}
+        lines.append(("overall", band, len(pick["calibrated"]), *stats(pick["calibrated"]),
+                      *stats(pick["datasheet"])))
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--database", help="a database directory (default: shipped h200-sxm)")
+    args = ap.parse_args()
+    src = find_database("h200-sxm", args.database)
+    print(f"analytic ({TOPOLOGY}) vs measured NCCL rows of {src} (communication tables)")
+    print("calibration: nvlink tier fitted on H100 rows only (tools/calibrate_collectives.py); "
+          "H200 rows held out")
+    print(f"  {'op':15s} {'size band':14s} {'rows':>4s}   {'calibrated':>17s}   {'datasheet':>17s}   "
+          f"{'ratio':>6s}")
+    print(f"  {'':15s} {'':14s} {'':>4s}   {'median':>8s} {'p90':>8s}   {'median':>8s} {'p90':>8s}   "
+          f"{'of med.':>6s}")
+    last = None
+    for op, band, n, cm, cp, dm, dp in summary(args.database):
+        if last is not None and op != last:
+            print()
+        last = op
+        label = op if band == BANDS[0][0] else ""
+        note = "   (not in overall)" if op in EXTRA and band == "all sizes" else ""
+        print(f"  {label:15s} {band:14s} {n:4d}   {100 * cm:7.1f}% {100 * cp:7.1f}%   "
+              f"{100 * dm:7.1f}% {100 * dp:7.1f}%   {dm / cm:5.1f}x{note}")
+        if op == "overall" and band == "all sizes":
+            verdict = "met" if cm <= TARGET_MEDIAN else "NOT met"
+            print(f"\n  target: overall median ≤ {100 * TARGET_MEDIAN:.0f} % — {verdict} "
+                  f"({100 * cm:.1f} % calibrated, {100 * dm:.1f} % datasheet)")
+    print("  anchor: ASTRA-sim analytical backend vs real NCCL all-reduce (Ring) on HGX H100: "
+          "9.7–20.6 % geomean error (8 to 2 GPUs; astra-sim-docs, validation/hardware)")
+
+
+if __name__ == "__main__":
+    main()
