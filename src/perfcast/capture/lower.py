@@ -63,6 +63,7 @@ _TABLE: dict[str, str] = {
                                 "scatter_reduce")},
     "attention": "attention",
     "moe_experts": "grouped_matmul",
+    **{op: op for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")},
     "_scaled_dot_product_flash_attention": "attention",
     "_scaled_dot_product_efficient_attention": "attention",
     "_scaled_dot_product_cudnn_attention": "attention",
@@ -209,6 +210,15 @@ def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
 def _moe_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
     top_k, experts = rec.scalars[:2]
     attrs.update(top_k=int(top_k), num_experts=int(experts), routing="balanced")
+    if len(rec.scalars) > 2:  # a parallel plan's expert shards, token share and dispatch
+        shards, share, dispatched = rec.scalars[2:5]
+        attrs.update(expert_shards=int(shards), token_share=sympy.sympify(share), dispatched=bool(dispatched))
+
+
+def _collective_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
+    axis, group = rec.scalars[:2]
+    # ``op`` is the collective's name, as on DSL collective leaves (the profiling mapping's key)
+    attrs.update(op=op_packet(rec.op), collective=op_packet(rec.op), axis=str(axis), group_size=int(group))
 
 
 def _topk_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
@@ -225,7 +235,9 @@ def _scatter_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
 
 
 _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": _moe_attrs,
-                               "topk": _topk_attrs, "scatter": _scatter_attrs}
+                               "topk": _topk_attrs, "scatter": _scatter_attrs,
+                               **{k: _collective_attrs for k in ("all_reduce", "all_gather", "reduce_scatter",
+                                                                 "all_to_all", "send_recv")}}
 
 
 def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",

@@ -6,6 +6,8 @@ import itertools
 import json
 import sys
 
+import sympy
+
 from rich.console import Console
 
 from perfcast.cli.args import assignment, sweep
@@ -34,22 +36,65 @@ def add_parser(sub) -> None:
     p.add_argument("--padded", action="store_true",
                    help="trace with padded (ceil) tiling: tile counts round up instead of "
                         "requiring the tile size to divide the extent")
+    p.add_argument("--topology", metavar="NAME|FILE|KIND:SHAPE",
+                   help="price the kernel's collectives on this topology: its mesh axes are laid out "
+                        "in declaration order, the first innermost (see `perfcast topologies`)")
+    p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc KIND:SHAPE only)")
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
 
 
+def _meshes(spec, args):
+    """A function from a design point to the hardware mesh of the kernel's axes at that point
+    (None without --topology)."""
+    if not args.topology:
+        return lambda point: None
+    from perfcast.cli.args import number
+    from perfcast.hardware.topology import Mesh, resolve_topology
+
+    bw = None if args.link_bandwidth is None else number(args.link_bandwidth, "--link-bandwidth", "B/s")
+    topo = resolve_topology(args.topology, bw)
+    if not spec.mesh_axes:
+        raise UserError(f"--topology: kernel {spec.name} declares no device mesh (it runs on one device)")
+
+    def mesh(point):
+        sizes = []
+        for axis, size in spec.mesh_axes:
+            value = sympy.sympify(size).subs({sympy.Symbol(k, **s.assumptions0): v for k, v in point.items()
+                                              for s in sympy.sympify(size).free_symbols if s.name == k})
+            if not value.is_Integer or value < 1:
+                raise UserError(f"mesh axis {axis} = {size} is not a positive integer at the design point ({value})")
+            sizes.append((axis, int(value)))
+        n = 1
+        for _, v in sizes:
+            n *= v
+        return Mesh.ordered(topo.with_devices(n), sizes)
+
+    return mesh
+
+
 def run(args) -> int:
     spec = get_kernel(args.name)
     device = resolve_device(args.device, args.device_file)
-    try:
-        model = AnalyticPerformanceModel(device, symbolic=args.symbolic_hw)
-    except ValueError as e:
-        raise UserError(f"--symbolic-hw: {e}") from None
     graph = spec.padded_graph if args.padded else spec.graph
-    r = rollup(graph, model)
+    mesh_at = _meshes(spec, args)
+    cache: dict = {}
+
+    def priced(pt):
+        """The roll-up on the mesh of the point (one per distinct mesh)."""
+        mesh = mesh_at(pt)
+        key = None if mesh is None else mesh.axes
+        if key not in cache:
+            try:
+                model = AnalyticPerformanceModel(device, symbolic=args.symbolic_hw, mesh=mesh)
+            except ValueError as e:
+                raise UserError(f"--symbolic-hw: {e}") from None
+            cache[key] = (model, rollup(graph, model))
+        return cache[key]
 
     point: dict[str, int | float] = dict(spec.defaults)
+    model, r = priced(point)
     for name in args.symbolic_hw:
         point[name] = _hw_default(device, name, r)
     for text in args.set:
@@ -62,9 +107,12 @@ def run(args) -> int:
             raise UserError(f"unknown symbol {sym!r} for kernel {spec.name}; "
                             f"its symbols are {', '.join(sorted(known))}")
 
+    model, r = priced(point)
     ev = r.evaluate(point)
-    evals = [r.evaluate({**point, **dict(zip([a for a, _ in axes], combo))})
-             for combo in itertools.product(*(v for _, v in axes))] if axes else []
+    evals = []
+    for combo in itertools.product(*(v for _, v in axes)) if axes else ():
+        pt = {**point, **dict(zip([a for a, _ in axes], combo))}
+        evals.append(priced(pt)[1].evaluate(pt))
     notes = _notes(model, r)
     if args.json:
         json.dump(report.to_json(spec.name, device, r, ev, evals, notes), sys.stdout, indent=2)

@@ -55,6 +55,22 @@ def add_parser(sub) -> None:
     p.add_argument("--no-reroll", action="store_true",
                    help="capture every decoder layer instead of one per distinct structure")
     p.add_argument("--chrome-trace", metavar="FILE", help="write a Perfetto/Chrome trace")
+    g = p.add_argument_group("parallelism (devices = tp × dp × pp)")
+    g.add_argument("--num-devices", type=int, help="devices in the deployment (checked against the sizes)")
+    g.add_argument("--tp-size", type=int, default=1, help="tensor parallelism (heads, MLP, vocabulary split)")
+    g.add_argument("--ep-size", type=int, default=1,
+                   help="expert parallelism: routed experts split over ep devices of the MoE group")
+    g.add_argument("--dp-size", type=int, default=1,
+                   help="data parallelism: replicas, or with --attention-dp ranks that share MoE layers")
+    g.add_argument("--pp-size", type=int, default=1, help="pipeline stages (contiguous layers)")
+    g.add_argument("--attention-dp", action="store_true",
+                   help="MoE models: dp ranks run attention on their own sequences and pool their "
+                        "tokens in the MoE layers (dispatch/combine all-to-all over ep = tp × dp)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="reduce-scatter + all-gather around norms instead of all-reduce")
+    g.add_argument("--micro-batches", type=int, help="pipeline micro-batches (default: --pp-size)")
+    g.add_argument("--topology", metavar="NAME|FILE",
+                   help="how the devices are wired (default: the device's shipped node, e.g. hgx-h200)")
     p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
     p.set_defaults(run=run)
 
@@ -79,6 +95,7 @@ def _request(args, **extra):
 
 
 def run(args) -> int:
+    from perfcast.capture.parallel import Layout
     from perfcast.inference.textgen import simulate
     from perfcast.report import textgen as report
 
@@ -86,7 +103,10 @@ def run(args) -> int:
                    context_length=args.context_length,
                    performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
                    profiling_database=args.profiling_database,
-                   reroll=not args.no_reroll, memory_utilization=args.memory_utilization)
+                   reroll=not args.no_reroll, memory_utilization=args.memory_utilization,
+                   layout=Layout(args.tp_size, args.ep_size, args.dp_size, args.pp_size, args.attention_dp,
+                                 args.sequence_parallel, args.micro_batches),
+                   num_devices=args.num_devices, topology=args.topology)
     result = simulate(req)
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "

@@ -367,6 +367,11 @@ class Builder:
 
         return deco
 
+    @property
+    def declared_mesh(self) -> "sh.Mesh | None":
+        """The mesh the trace declared (axes in declaration order), if any."""
+        return self._mesh
+
     def build(self) -> Graph:
         if len(self._scopes) != 1:
             raise TraceError(f"trace {self.name}: build() called inside an open scope")

@@ -88,6 +88,14 @@ class Tier:
         return n - 1
 
     @property
+    def bottleneck_links(self) -> int:
+        """Links of the worst-placed device, which sets the pace of a bandwidth-optimal
+        collective: without wraparound a torus's edge devices have one neighbour per dim."""
+        if self.kind == "torus" and not self.wraparound:
+            return sum(1 for d in self.dims if d > 1)
+        return self.links_per_device
+
+    @property
     def diameter(self) -> int:
         """Hops between the farthest two devices."""
         if self.kind == "torus":
@@ -193,7 +201,7 @@ class _TierSpec(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
     kind: Literal[KINDS]  # type: ignore[valid-type]
     shape: list[Annotated[int, Field(strict=True, gt=0)]] = Field(min_length=1)
-    wraparound: bool = True
+    wraparound: Annotated[bool, Field(strict=True)] = True
     links_per_device: Annotated[int, Field(strict=True, gt=0)] | None = None
     link_bandwidth_bytes_per_s: Positive
     link_latency_s: Positive
@@ -221,6 +229,9 @@ class TopologySpec(_Strict):
 
     @model_validator(mode="after")
     def _sourced(self):
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError("@tiers: tier names must be distinct")
         values = {}
         cal = {}
         for t in self.tiers:
@@ -232,9 +243,6 @@ class TopologySpec(_Strict):
             _check_sources(set(cal), self.calibration_sources)
         except ValueError as e:
             raise ValueError(str(e).replace("@sources.", "@calibration_sources.", 1)) from None
-        names = [t.name for t in self.tiers]
-        if len(set(names)) != len(names):
-            raise ValueError("@tiers: tier names must be distinct")
         return self
 
 
@@ -289,34 +297,44 @@ def resolve_topology(text: str, link_bandwidth: float | None = None, link_latenc
 
 @dataclass(frozen=True)
 class Mesh:
-    """Named parallel axes laid over a topology, the first axis innermost (its devices
-    adjacent), each later one strided by the product of the axes before it."""
+    """Named parallel axes laid over a topology: each axis is a group size and the distance
+    (in devices) between its consecutive members. :meth:`ordered` lays axes out innermost
+    first; several factorisations of the same devices may coexist (``tp`` = ``moe_tp`` × ``ep``)."""
 
     topology: Topology
-    axes: tuple[tuple[str, int], ...]
+    axes: tuple[tuple[str, int, int], ...]  # (name, size, stride)
+
+    @classmethod
+    def ordered(cls, topology: Topology, axes) -> "Mesh":
+        """Axes ``[(name, size), …]``, the first innermost (its devices adjacent), each later one
+        strided by the product of the sizes before it."""
+        out, stride = [], 1
+        for name, size in axes:
+            out.append((name, size, stride))
+            stride *= size
+        return cls(topology, tuple(out))
 
     def __post_init__(self):
-        n = math.prod(s for _, s in self.axes)
-        if n > self.topology.size:
-            raise UserError(f"mesh {self.describe()} needs {n} devices; topology {self.topology.name} "
-                            f"has {self.topology.size}")
+        for name, size, stride in self.axes:
+            if size * stride > self.topology.size:
+                raise UserError(f"mesh {self.describe()} needs {size * stride} devices; topology "
+                                f"{self.topology.name} has {self.topology.size}")
 
     def describe(self) -> str:
-        return "×".join(f"{a}{s}" for a, s in self.axes) or "1"
+        return "×".join(f"{a}{s}" for a, s, _ in self.axes) or "1"
+
+    def _axis(self, axis: str) -> tuple[int, int]:
+        for a, size, stride in self.axes:
+            if a == axis:
+                return size, stride
+        raise UserError(f"mesh axis {axis!r} is not one of {', '.join(a for a, _, _ in self.axes) or 'none'}")
 
     def size(self, axis: str) -> int:
-        for a, s in self.axes:
-            if a == axis:
-                return s
-        raise UserError(f"mesh axis {axis!r} is not one of {', '.join(a for a, _ in self.axes) or 'none'}")
+        return self._axis(axis)[0]
 
     def stride(self, axis: str) -> int:
-        st = 1
-        for a, s in self.axes:
-            if a == axis:
-                return st
-            st *= s
-        raise UserError(f"mesh axis {axis!r} is not one of {', '.join(a for a, _ in self.axes) or 'none'}")
+        return self._axis(axis)[1]
 
     def span(self, axis: str, group_size: int | None = None) -> list[tuple[Tier, int]]:
-        return self.topology.span(group_size or self.size(axis), self.stride(axis))
+        size, stride = self._axis(axis)
+        return self.topology.span(group_size or size, stride)

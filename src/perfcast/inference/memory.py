@@ -55,13 +55,15 @@ class MemoryReport:
                 "parameters": self.parameters}
 
 
-def weights(capture: Capture, quantize: str | None) -> tuple[int, int]:
-    """(parameter count, weight bytes)."""
+def weights(capture: Capture, quantize: str | None, share=None) -> tuple[int, int]:
+    """(parameter count, weight bytes) on one device; ``share(name)`` is the fraction of each
+    parameter the device holds (a parallel plan's: 0 for another pipeline stage's layers, 1/ep
+    for stacked experts), all of it by default."""
     count, total = 0, sympy.Integer(0)
     wdtype = QUANTIZATION[quantize][0] if quantize else None
     for name, meta in capture.params.items():
-        n = meta.numel
-        count += int(n)
+        n = meta.numel * (share(name) if share else 1)
+        count += int(sympy.ceiling(n))
         quantized = wdtype and name in capture.linear_params and not name.startswith("lm_head")
         total += n * itemsize(wdtype if quantized else meta.dtype)
     return count, int(sympy.ceiling(total))

@@ -7,13 +7,16 @@ sequence with ``context_length`` tokens in the KV cache.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from perfcast.capture import QUANTIZATION, Capture, cache, lower
+from perfcast.capture import QUANTIZATION, Capture, Lowered, cache, lower
+from perfcast.capture import parallel as par
 from perfcast.hardware import Device
+from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
 from perfcast.inference import memory
-from perfcast.ir import UserError, dim
+from perfcast.ir import Graph, UserError, dim
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
 from perfcast.rollup import Evaluation, FastRollup, rollup
@@ -38,6 +41,9 @@ class Request:
     fusion: bool = True
     cache: bool = True
     memory_utilization: float = 0.9
+    layout: par.Layout = par.Layout()
+    num_devices: int | None = None
+    topology: str | None = None  # name, file or KIND:SHAPE; default: the device's shipped node
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
@@ -57,6 +63,7 @@ class Request:
         for dt in filter(None, (self.kv_dtype,)):
             if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
+        par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
         compute = (QUANTIZATION[self.quantize][1] if self.quantize else None) or self.dtype
         if compute not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {compute} matrix rate "
@@ -72,6 +79,42 @@ class Request:
         """Tokens produced (decode) or processed (prefill) by the step, all sequences."""
         return self.num_queries * self.new_tokens
 
+    @property
+    def devices(self) -> int:
+        return self.layout.num_devices
+
+    @property
+    def micro_batches(self) -> int:
+        """Pipeline micro-batches per data-parallel rank (default: one per stage, at most one
+        per sequence)."""
+        per_rank = math.ceil(self.num_queries / self.layout.dp)
+        return self.layout.micro_batches or min(self.layout.pp, per_rank)
+
+    @property
+    def sequences_per_micro_batch(self) -> int:
+        return math.ceil(math.ceil(self.num_queries / self.layout.dp) / self.micro_batches)
+
+    def mesh(self) -> Mesh | None:
+        """The layout's axes on the topology (None on one device)."""
+        if self.layout.trivial:
+            return None
+        if self.topology is not None:
+            topo = resolve_topology(self.topology)
+        else:
+            topo = default_topology(self.device.name)
+        return Mesh(topo.with_devices(self.devices), tuple(self.layout.mesh_axes(bool(par.experts_of(self.model.data)))))
+
+
+def default_topology(device: str) -> Topology:
+    """The shipped topology built from ``device`` (hgx-h200 for h200-sxm), if exactly one is."""
+    matches = [t for t in (get_topology(n) for n in topology_names()) if t.device == device]
+    if len(matches) != 1:
+        raise UserError(f"several devices on {device} need a topology: pass --topology (a shipped name — "
+                        f"see `perfcast topologies` — a YAML file, or e.g. switch:8 with --link-bandwidth)"
+                        if not matches else f"--topology: {device} is in {', '.join(t.name for t in matches)}; "
+                        f"choose one")
+    return matches[0]
+
 
 @dataclass
 class Result:
@@ -83,19 +126,29 @@ class Result:
     timings_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     capture_source: str = "concrete capture"
+    stage_times_s: dict[str, list[float]] = field(default_factory=dict)  # pipeline: per model, per stage
+
+    def step_time_s(self, name: str) -> float:
+        """The step's time: one pass of the priced graph, or with pipeline micro-batches the
+        fill and drain of the pipeline — all stages once, then the slowest once per further
+        micro-batch (GPipe, Huang et al., NeurIPS 2019, §2.2)."""
+        stages = self.stage_times_s.get(name)
+        if not stages:
+            return self.evaluations[name].time_s * self.request.micro_batches
+        return sum(stages) + (self.request.micro_batches - 1) * max(stages)
 
     def tokens_per_s_per_device(self, name: str) -> float:
-        t = self.evaluations[name].time_s
-        return self.request.tokens / t if t else float("inf")
+        t = self.step_time_s(name)
+        return self.request.tokens / t / self.request.devices if t else float("inf")
 
 
-def make_model(name: str, device: Device, database: str | None = None):
+def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None):
     if name == "analytic":
-        return AnalyticPerformanceModel(device)
+        return AnalyticPerformanceModel(device, mesh=mesh)
     if name == "profiling":
         from perfcast.perf.profiling import find_database, load_database
 
-        return EmpiricalPerformanceModel(device, load_database(find_database(device.name, database)))
+        return EmpiricalPerformanceModel(device, load_database(find_database(device.name, database)), mesh=mesh)
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 
@@ -125,27 +178,89 @@ def step_capture(req: Request) -> tuple[Capture, dict | None, str]:
 
 def simulate(req: Request) -> Result:
     req.validate()
+    layout = req.layout
+    mesh = req.mesh()
     t0 = time.perf_counter()
-    cap, at, how = step_capture(req)
+    # one device's share: the per-rank model, its data-parallel rank's sequences, one micro-batch
+    rank = replace(req, model=replace(req.model, data=par.rank_config(req.model.data, layout))
+                   if not layout.trivial else req.model, num_queries=req.sequences_per_micro_batch)
+    cap, at, how = step_capture(rank)
+    cap = par.parallelize(cap, layout, req.model.data)
     t1 = time.perf_counter()
-    low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                fusion=req.fusion, point=at, name=req.model.name)
-    rollups, evals = {}, {}
+    layers = int(req.model.data["num_hidden_layers"])
+    stages = par.stages(cap, layout.pp, layers)
+    lowered = [lower(c, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
+                     fusion=req.fusion, point=at, name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name)
+               for s, (c, _) in enumerate(stages)]
+    low = lowered[0] if len(lowered) == 1 else _pipeline(lowered, req.model.name)
+    rollups, evals, stage_times = {}, {}, {}
     for name in req.performance_models:
-        r = rollup(low.graph, make_model(name, req.device, req.profiling_database))
+        model = make_model(name, req.device, req.profiling_database, mesh)
+        r = rollup(low.graph, model)
         rollups[name] = r
         evals[name] = r.evaluate({})
+        if layout.pp > 1:
+            stage_times[name] = [rollup(lw.graph, model).evaluate({}).time_s for lw in lowered]
     t2 = time.perf_counter()
-    params, wbytes = memory.weights(cap, req.quantize)
+    mem = max((_memory(req, c, lw, rng, s, layout, at) for s, ((c, rng), lw) in enumerate(zip(stages, lowered))),
+              key=lambda m: m.used_bytes)
+    notes = _notes(req, low) + _parallel_notes(req, mesh) + _pricing_notes(rollups)
+    return Result(req, low, rollups, evals, mem,
+                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times)
+
+
+def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
+    """The stages one after another: one micro-batch's pass through the pipeline."""
+    graph = Graph(name, tuple(Graph(f"stage{s}", lw.graph.ops) for s, lw in enumerate(lowered)))
+    unknown, free = sum((lw.unknown for lw in lowered), type(lowered[0].unknown)()), \
+        sum((lw.free for lw in lowered), type(lowered[0].free)())
+    return Lowered(graph, unknown, free, lowered[0].quantize)
+
+
+def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, layout: par.Layout,
+            at: dict | None) -> memory.MemoryReport:
+    """One device of pipeline stage ``stage``: its weights, the KV cache of its layers for all
+    its data-parallel rank's sequences (every micro-batch in flight), its peak activations."""
+    last = stage == layout.pp - 1
+
+    def share(name):
+        return par.param_share(name, cap, layout, rng, stage == 0, last)
+
+    params, wbytes = memory.weights(cap, req.quantize, share if not layout.trivial else None)
     kv, kv_per_token = memory.kv_cache(low, {})
     capacity = int(req.device.hbm_capacity_bytes)
-    mem = memory.MemoryReport(
-        capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv,
+    return memory.MemoryReport(
+        capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv * req.micro_batches,
         kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, at),
         reserved_bytes=int(round(capacity * (1 - req.memory_utilization))), parameters=params)
-    notes = _notes(req, low) + _pricing_notes(rollups)
-    return Result(req, low, rollups, evals, mem,
-                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how)
+
+
+def _parallel_notes(req: Request, mesh: Mesh | None) -> list[str]:
+    layout = req.layout
+    if mesh is None:
+        return []
+    cfg = req.model.data
+    kv = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    spans = {a: " × ".join(f"{k} on {t.name}" for t, k in mesh.span(a) if k > 1) or "one device"
+             for a, size, _ in mesh.axes if size > 1}
+    notes = [f"layout: {layout.describe()} on {req.devices} devices of {mesh.topology.name} — "
+             + "; ".join(f"{a}: {s}" for a, s in spans.items())]
+    if layout.tp > kv:
+        notes.append(f"{kv} KV heads < tp {layout.tp}: each KV head is replicated on {layout.tp // kv} devices")
+    if layout.dp > 1 and not layout.attention_dp:
+        notes.append(f"dp {layout.dp}: independent replicas, {math.ceil(req.num_queries / layout.dp)} sequences each")
+    if layout.attention_dp:
+        notes.append(f"attention data parallelism: each of {layout.dp} ranks runs attention on its own sequences; "
+                     f"MoE layers dispatch top-k token copies over ep {layout.ep} (all-to-all, no de-duplication)")
+    if layout.sequence_parallel:
+        notes.append("sequence parallelism: reduce-scatter + all-gather replace each all-reduce; norms between "
+                     "blocks are still priced on all tokens (an overestimate of their small cost)")
+    if layout.pp > 1:
+        rng = par.stage_layers(int(cfg["num_hidden_layers"]), layout.pp)
+        notes.append(f"pipeline: {layout.pp} stages of {', '.join(str(len(r)) for r in rng)} layers, "
+                     f"{req.micro_batches} micro-batches of {req.sequences_per_micro_batch} sequences; step = all "
+                     f"stages once + (micro-batches − 1) × the slowest stage; memory is the fullest stage's")
+    return notes
 
 
 def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:

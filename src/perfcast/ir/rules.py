@@ -249,15 +249,24 @@ def _grouped_matmul(inputs, outputs, attrs) -> Cost:
     """Routed experts as one grouped GEMM. T tokens each go to k of E experts; FLOPs are
     2·T·k·(per-expert gate/up + down weights); weights of the experts that receive tokens are
     read once — under balanced routing (each expert gets T·k/E tokens) that is min(E, T·k) of
-    them. Activations: tokens in, tokens out, routing indices."""
+    them. Activations: tokens in, tokens out, routing indices.
+
+    Under expert parallelism (``expert_shards`` = ep) a device holds E/ep experts and computes
+    the share ``token_share`` of the T·k token-expert pairs (1/ep when every device of the group
+    holds the same T tokens; 1/tp under attention data parallelism, where the ep devices pool
+    their own tokens); when tokens are ``dispatched`` (all-to-all) it reads and writes its
+    received copies instead of the T tokens."""
     hidden, gate_up, down, index = inputs[:4]
     experts, top_k = attrs["num_experts"], attrs["top_k"]
+    shards, share = attrs.get("expert_shards", 1), sympy.sympify(attrs.get("token_share", 1))
     tokens = hidden.numel / hidden.shape[-1]
+    pairs = tokens * top_k * share
     per_expert = (gate_up.numel + down.numel) / experts
-    active = sympy.Min(experts, tokens * top_k)
+    active = sympy.Min(sympy.Rational(experts, shards), pairs)
     weight_bytes = active * (gate_up.nbytes + down.nbytes) / experts
-    return Cost({FLOPS_MATRIX: 2 * tokens * top_k * per_expert,
-                 BYTES_HBM: weight_bytes + hidden.nbytes + index.nbytes + _bytes(outputs)})
+    acts = (2 * pairs * hidden.shape[-1] * itemsize(hidden.dtype) if attrs.get("dispatched")
+            else hidden.nbytes + _bytes(outputs))
+    return Cost({FLOPS_MATRIX: 2 * pairs * per_expert, BYTES_HBM: weight_bytes + acts + index.nbytes})
 
 
 @register("fused")

@@ -24,6 +24,14 @@ class KernelSpec:
         return trace(self.fn, self.name, padded=self.padded)
 
     @cached_property
+    def mesh_axes(self) -> tuple[tuple[str, object], ...]:
+        """The device mesh the kernel declares — (axis, size) in declaration order, the first
+        laid innermost on a topology — or () for a single-device kernel."""
+        b = Builder(self.name)
+        self.fn(b)
+        return b.declared_mesh.axes if b.declared_mesh is not None else ()
+
+    @cached_property
     def padded_graph(self) -> Graph:
         """The same kernel traced with padded (ceil) tiling."""
         return trace(self.fn, self.name, padded=True)

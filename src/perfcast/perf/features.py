@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import sympy
+
 
 from perfcast.ir import Leaf
 from perfcast.ir.registry import Registry
 
 Features = dict[str, object]
+#: Features with a neutral value: a leaf that departs from it (an expert-parallel share of a
+#: grouped GEMM) misses a table that is not keyed on the feature, since the table's rows were
+#: all measured at the neutral value.
+NEUTRAL = {"moe_ep": 1, "token_share": "1"}
 _FEATURES: Registry[Callable[[Leaf], Features]] = Registry("features for leaf kind")
 register = _FEATURES.register
 
@@ -61,7 +67,8 @@ def _grouped(leaf: Leaf) -> Features:
     experts, d = int(leaf.attr("num_experts")), _int(hidden.shape[-1])
     return {"tokens": _int(hidden.numel) // d, "hidden": d,
             "inter": _int(gate_up.numel) // experts // d // 2, "experts": experts,
-            "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype}
+            "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype,
+            "moe_ep": int(leaf.attr("expert_shards") or 1), "token_share": str(leaf.attr("token_share") or 1)}
 
 
 def _elementwise(leaf: Leaf) -> Features:
@@ -75,5 +82,5 @@ def _collective(leaf: Leaf) -> Features:
     from perfcast.ir.rules import collective_message
 
     return {"bytes": _int(collective_message(leaf.inputs, leaf.outputs)),
-            "devices": int(leaf.attr("group_size")), "dtype": leaf.inputs[0].dtype,
+            "devices": _int(sympy.sympify(leaf.attr("group_size"))), "dtype": leaf.inputs[0].dtype,
             "tier": int(leaf.attr("tier") or 0)}

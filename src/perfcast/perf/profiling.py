@@ -12,6 +12,7 @@ elementwise, moe_fused, zero_cost, accepted_miss, compute (primary then alternat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
 from perfcast.ir import Leaf, itemsize
 from perfcast.perf.empirical import DataSource, Miss, QueryResult
-from perfcast.perf.features import features
+from perfcast.perf.features import NEUTRAL, features
 from perfcast.perf.model import Provenance
 from perfcast.perf.tables import KernelTable
 
@@ -208,7 +209,25 @@ class ProfilingDataSource(DataSource):
             if isinstance(got, QueryResult):
                 return got
             reasons.append(got)
+            if entry.category == "communication":
+                got = self._same_width(kernel, feats)
+                if isinstance(got, QueryResult):
+                    return got
         return Miss("; ".join(reasons))
+
+    def _same_width(self, kernel: str, feats: dict) -> QueryResult | None:
+        """A collective moves bytes, not numbers: a message measured in another dtype of the same
+        element size (NCCL tables are often fp16; the model is bf16) is the same message."""
+        table = self.tables[kernel]
+        if "dtype" not in table.keys:
+            return None
+        col = table.keys.index("dtype")
+        for other in sorted({k[col] for k in table.rows} - {feats["dtype"]}):
+            if itemsize(other) == itemsize(feats["dtype"]):
+                got = self._query(kernel, {**feats, "dtype": other})
+                if isinstance(got, QueryResult):
+                    return replace(got, note=f"{got.note}; measured in {other} (same element size as {feats['dtype']})")
+        return None
 
     def _composite(self, name: str, members) -> QueryResult | Miss:
         """A fused kernel decomposed into its member ops, each looked up on its own: their sum
@@ -234,6 +253,9 @@ class ProfilingDataSource(DataSource):
         absent = [k for k in table.keys if k not in feats]
         if absent:
             return f"{kernel}: the leaf has no {absent[0]!r}"
+        for k, neutral in NEUTRAL.items():
+            if feats.get(k, neutral) != neutral and k not in table.keys:
+                return f"{kernel}: the leaf has {k} {feats[k]}; the table's rows are all at {k} {neutral}"
         got = table.lookup(tuple(feats[k] for k in table.keys))
         if isinstance(got, str):
             return got

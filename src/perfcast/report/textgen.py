@@ -108,7 +108,8 @@ def to_json(result) -> dict:
     req = result.request
     models = {}
     for name, ev in result.evaluations.items():
-        models[name] = {"total_time_s": ev.time_s,
+        models[name] = {"total_time_s": result.step_time_s(name),
+                        "stage_times_s": result.stage_times_s.get(name),
                         "tokens_per_s_per_device": result.tokens_per_s_per_device(name),
                         "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
@@ -121,6 +122,10 @@ def to_json(result) -> dict:
         "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
         "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
         "quantize": req.quantize, "kv_cache_dtype": req.kv_dtype or req.dtype,
+        "parallel": {"num_devices": req.devices, "tp": req.layout.tp, "ep": req.layout.ep, "dp": req.layout.dp,
+                     "pp": req.layout.pp, "attention_dp": req.layout.attention_dp,
+                     "sequence_parallel": req.layout.sequence_parallel, "micro_batches": req.micro_batches,
+                     "sequences_per_micro_batch": req.sequences_per_micro_batch},
         "performance_models": models,
         "tokens_per_s_per_device": models[first]["tokens_per_s_per_device"],
         "deployable": result.memory.fits,
@@ -144,13 +149,15 @@ def render(console: Console, result, top: int = 15) -> None:
              f"prefill · {seqs} × {req.query_length:,} tokens"
              + (f" after {req.context_length:,} cached" if req.context_length else ""))
     quant = f" · {req.quantize}" if req.quantize else ""
-    console.print(f"[bold]{req.model.name}[/] on [bold]{req.device.name}[/] · {phase} · {req.dtype}{quant}")
+    where = f"{req.devices} × {req.device.name} ({req.layout.describe()})" if req.devices > 1 else req.device.name
+    console.print(f"[bold]{req.model.name}[/] on [bold]{where}[/] · {phase} · {req.dtype}{quant}")
     if not mem.fits:
         console.print(Panel(f"DOES NOT FIT: needs {si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')} "
                             f"(short by {si(-mem.free_bytes, 'B')}). The times below are NOT deployable.",
                             style="bold red"))
     for name, m in doc["performance_models"].items():
-        console.print(f"{name}: step {seconds(m['total_time_s'])} · "
+        stages = (" · stages " + " / ".join(seconds(t) for t in m["stage_times_s"])) if m["stage_times_s"] else ""
+        console.print(f"{name}: step {seconds(m['total_time_s'])}{stages} · "
                       f"{m['tokens_per_s_per_device']:,.1f} tokens/s per device · "
                       f"{m['kernel_launches']:,} modelled kernel launches")
         console.print("  bound: " + ", ".join(f"{k} {percent(v)}" for k, v in
@@ -160,7 +167,8 @@ def render(console: Console, result, top: int = 15) -> None:
         for miss in m["missed_ops"][:5]:
             console.print(f"  [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
                           f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
-    mt = Table(title="Memory per device", title_justify="left")
+    mt = Table(title="Memory per device" + (" (the fullest pipeline stage)" if req.layout.pp > 1 else ""),
+               title_justify="left")
     for col in ("weights", "KV cache", "peak activations", "reserved", "free", "capacity"):
         mt.add_column(col, justify="right")
     mt.add_row(si(mem.weights_bytes, "B"), f"{si(mem.kv_cache_bytes, 'B')} ({mem.kv_cache_bytes_per_token:,} B/token)",
@@ -168,7 +176,8 @@ def render(console: Console, result, top: int = 15) -> None:
                si(mem.free_bytes, "B") if mem.fits else f"[red]−{si(-mem.free_bytes, 'B')}[/]",
                si(mem.capacity_bytes, "B"))
     console.print(mt)
-    ops = Table(title=f"Ops (top {top} by time)", title_justify="left")
+    ops = Table(title=f"Ops (top {top} by time" + (", one micro-batch through every stage)" if req.layout.pp > 1 else ")"),
+                title_justify="left")
     ops.add_column("op")
     ops.add_column("calls", justify="right")
     names = list(doc["performance_models"])
@@ -177,7 +186,7 @@ def render(console: Console, result, top: int = 15) -> None:
     ops.add_column("average", justify="right")
     ops.add_column("bound")
     ops.add_column("share", justify="right")
-    total = doc["performance_models"][names[0]]["total_time_s"]
+    total = result.evaluations[names[0]].time_s  # shares of one pass of the priced graph
     for row in doc["ops"][:top]:
         t = row["time_s"][names[0]]
         ops.add_row(escape(row["name"]), f"{row['calls']:,}", *(seconds(row["time_s"][n]) for n in names),
