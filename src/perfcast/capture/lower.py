@@ -211,8 +211,9 @@ def _moe_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
     top_k, experts = rec.scalars[:2]
     attrs.update(top_k=int(top_k), num_experts=int(experts), routing="balanced")
     if len(rec.scalars) > 2:  # a parallel plan's expert shards, token share and dispatch
-        shards, share, dispatched = rec.scalars[2:5]
-        attrs.update(expert_shards=int(shards), token_share=sympy.sympify(share), dispatched=bool(dispatched))
+        shards, share, dispatched, expert_tp = rec.scalars[2:6]
+        attrs.update(expert_shards=int(shards), token_share=sympy.sympify(share), dispatched=bool(dispatched),
+                     expert_tp=int(expert_tp))
 
 
 def _collective_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:

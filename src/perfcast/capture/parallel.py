@@ -153,8 +153,8 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
     out = dict(cfg)
     tp = layout.tp
     heads = int(cfg["num_attention_heads"])
-    out.setdefault("head_dim", int(cfg["hidden_size"]) // heads)
-    if out["head_dim"] is None:
+    if tp > 1 and not cfg.get("head_dim") and "kv_lora_rank" not in cfg:
+        # the head size defaults to hidden / heads: keep the whole model's (MLA sizes its heads itself)
         out["head_dim"] = int(cfg["hidden_size"]) // heads
     out["num_attention_heads"] = heads // tp
     if cfg.get("num_key_value_heads"):
@@ -172,12 +172,18 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
 # --- collectives -------------------------------------------------------------------------------
 
 
-def row_parallel_collective(sequence_parallel: bool) -> tuple[str, ...]:
-    """What a block's partial sums need, by the sharded-einsum rule: a row-parallel linear
-    ``(T, K/tp) @ (K/tp, N)`` contracts a dim sharded on ``tp`` in both operands → partial sums →
-    a reduce-scatter when the output is sharded on ``tp`` along some dim (sequence parallelism:
-    tokens), else an all-reduce."""
-    return ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
+def row_parallel_collective(sequence_parallel: bool) -> str:
+    """What a block's partial sums need, by the DSL's sharded-einsum rule (the same function,
+    :func:`perfcast.dsl.sharding.plan_einsum`): a row-parallel linear ``x[t,k] · w[k,n]`` with
+    ``k`` sharded on ``tp`` in both operands leaves partial sums, reduce-scattered onto the tokens
+    when the output is wanted sharded there (sequence parallelism), else all-reduced. (The
+    vocab-parallel embedding is the same einsum with a one-hot ``x[t,v]``.)"""
+    from perfcast.dsl.sharding import plan_einsum
+
+    wanted = (("tp",), ()) if sequence_parallel else ((), ())
+    plan = plan_einsum("row_parallel", ("tk", "kn"), "tn", (((), ("tp",)), (("tp",), ())), ("x", "w"), wanted)
+    (step,) = plan.after
+    return step.kind
 
 
 class _Uids:
@@ -223,10 +229,12 @@ def parallelize(cap: Capture, layout: Layout, cfg: dict) -> Capture:
     moe_regions = {_region(r.module) for r in records if r.op.startswith("perfcast.moe_experts")}
     pending_gather: TensorMeta | None = None  # sequence parallelism: tokens to gather before the next block
 
+    reduce_kind = row_parallel_collective(sp)
+
     def reduce_block(last: OpRecord, region: str) -> None:
         nonlocal pending_gather
         tokens, hidden = _tokens_by_hidden(last.outputs[0])
-        if sp:
+        if reduce_kind == "reduce_scatter":  # then gathered again before the next block
             rs = _collective("reduce_scatter", last.outputs[0], (tokens / tp, hidden), "tp", tp, uids,
                              region, last.layer)
             out.append(rs)
@@ -271,7 +279,7 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
     rank dispatches 1/tp of its tokens, top-k copies each), then an all-gather over tp."""
     tp, ep = layout.tp, layout.ep
     share = sympy.Rational(1, tp) if layout.attention_dp else sympy.Rational(1, ep)
-    rec = replace(rec, scalars=(*rec.scalars[:2], ep, share, layout.attention_dp and ep > 1))
+    rec = replace(rec, scalars=(*rec.scalars[:2], ep, share, layout.attention_dp and ep > 1, layout.moe_tp))
     hidden = rec.inputs[0]
     tokens, width = _tokens_by_hidden(hidden)
     if layout.attention_dp and ep > 1:

@@ -274,8 +274,8 @@ def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
         seen: dict[str, int] = {}
         for lt in r.leaves:
             for n in lt.result.notes:
-                seen[n] = seen.get(n, 0) + 1
-        notes.extend(f"{name}: {n} ({k} kernels)" for n, k in seen.items())
+                seen[n] = seen.get(n, 0) + int(lt.trips)
+        notes.extend(f"{name}: {n} ({k:,} call{'s' if k != 1 else ''})" for n, k in seen.items())
     return notes
 
 
