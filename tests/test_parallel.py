@@ -216,3 +216,15 @@ def test_kernel_collectives_priced_on_a_topology(cli):
         assert dispatch["time_s"] == pytest.approx(float(expected.time_s), rel=1e-12)
         assert (expected.algorithm == "hierarchical") == (tiers == "hierarchical")
         assert doc["leaves"]["shared_down.all_reduce"]["time_s"] == 0  # TP = 1: a group of one
+
+
+def test_tied_embedding_is_held_by_the_first_and_last_stage(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 4096, "rms_norm_eps": 1e-5,
+           "max_position_embeddings": 1024, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = run(load_model_config(str(path)), Layout(pp=2), num_queries=2, query_length=16)
+    layer = 4 * 256 * 256 + 3 * 256 * 512 + 2 * 256
+    # the last stage: one layer, the final norm, and lm_head = the tied embedding (4096 × 256)
+    assert r.memory.parameters == layer + 256 + 4096 * 256

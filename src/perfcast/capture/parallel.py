@@ -348,8 +348,10 @@ def _first_layer(cap: Capture) -> int:
     return next((i for i, r in enumerate(cap.records) if r.layer is not None), len(cap.records))
 
 
-def param_share(name: str, cap: Capture, layout: Layout, rng: range, first: bool, last: bool) -> sympy.Expr:
-    """The share of parameter ``name`` (of the per-rank model) one device of the stage holds."""
+def param_share(name: str, cap: Capture, layout: Layout, rng: range, first: bool, last: bool,
+                tied: bool = False) -> sympy.Expr:
+    """The share of parameter ``name`` (of the per-rank model) one device of the stage holds;
+    with tied embeddings the last stage keeps a copy of the embedding for ``lm_head``."""
     m = _LAYER.match(name)
     if m:
         if int(m.group(1)) not in rng:
@@ -357,7 +359,7 @@ def param_share(name: str, cap: Capture, layout: Layout, rng: range, first: bool
     elif name.startswith("lm_head") or name == "model.norm.weight" or name.startswith("model.norm."):
         if not last:
             return sympy.Integer(0)
-    elif not first:
+    elif not (first or last and tied and name.startswith("model.embed_tokens")):
         return sympy.Integer(0)
     stacked = name in cap.linear_params and len(cap.params[name].shape) == 3
     return sympy.Rational(1, layout.ep) if stacked else sympy.Integer(1)

@@ -224,7 +224,8 @@ def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, la
     last = stage == layout.pp - 1
 
     def share(name):
-        return par.param_share(name, cap, layout, rng, stage == 0, last)
+        return par.param_share(name, cap, layout, rng, stage == 0, last,
+                               bool(req.model.data.get("tie_word_embeddings")))
 
     params, wbytes = memory.weights(cap, req.quantize, share if not layout.trivial else None)
     kv, kv_per_token = memory.kv_cache(low, {})
