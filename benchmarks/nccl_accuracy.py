@@ -7,9 +7,12 @@ selection) is priced by :func:`perfcast.perf.collectives.topology_cost` on the `
 topology — once with its calibration (fitted on the H100 rows only by
 ``tools/calibrate_collectives.py``; the H200 rows are held out) and once with the datasheet
 figures alone (link bandwidth, hop latency) — with the message the table's ``bytes``
-(nccl-tests' size: the larger of input and output, as perfcast's collective leaves). It prints
-the median and p90 |error| per op and size band and overall (the three ops), and the datasheet
-÷ calibrated ratio of the medians. All-to-all is printed too, outside the overall figure.
+(nccl-tests' size: the larger of input and output, as perfcast's collective leaves). The
+calibration gives each op a per-call and a per-step latency and a bandwidth efficiency under two
+protocols (``ll``: low latency, ``simple``: full bandwidth), the cheapest taken per row. It prints
+the median and p90 |error| per op and size band and overall (the three ops), the datasheet ÷
+calibrated ratio of the medians, and how many rows each option priced. All-to-all is printed
+too, outside the overall figure.
 
 Anchor: ASTRA-sim's analytical backend is 9.7–20.6 % off real NCCL all-reduce on HGX H100
 (geomean error for 8, 4 and 2 GPUs, NCCL forced to Ring; ASTRA-sim documentation, "Validation on
@@ -42,7 +45,8 @@ def datasheet(topo: Topology) -> Topology:
 
 
 def errors(database: str | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """op → {'bytes', 'devices', 'calibrated', 'datasheet'} (signed relative errors)."""
+    """op → {'bytes', 'devices', 'calibrated', 'datasheet'} (signed relative errors) and
+    'chosen' (the calibrated model's option per row)."""
     tables = load_database(find_database("h200-sxm", database)).tables
     cal = get_topology(TOPOLOGY)
     raw = datasheet(cal)
@@ -52,11 +56,12 @@ def errors(database: str | None = None) -> dict[str, dict[str, np.ndarray]]:
         nbytes = np.array([k[2] for k, _ in rows])
         devices = np.array([k[0] for k, _ in rows])
         measured = np.array([us * 1e-6 for _, us in rows])
-        pred = {label: np.array([float(topology_cost(op, int(b), topo, int(n)).time_s)
-                                 for b, n in zip(nbytes, devices)])
-                for label, topo in (("calibrated", cal), ("datasheet", raw))}
+        priced = {label: [topology_cost(op, int(b), topo, int(n)) for b, n in zip(nbytes, devices)]
+                  for label, topo in (("calibrated", cal), ("datasheet", raw))}
         out[op] = {"bytes": nbytes, "devices": devices,
-                   **{label: p / measured - 1 for label, p in pred.items()}}
+                   "chosen": np.array([c.algorithm for c in priced["calibrated"]]),
+                   **{label: np.array([float(c.time_s) for c in cs]) / measured - 1
+                      for label, cs in priced.items()}}
     return out
 
 
@@ -68,7 +73,10 @@ def stats(e: np.ndarray) -> tuple[float, float]:
 def summary(database: str | None = None) -> list[tuple[str, str, int, float, float, float, float]]:
     """(op, band, rows, calibrated median, p90, datasheet median, p90) per op and band, then
     each op over all bands, then 'overall' (all-reduce, all-gather, reduce-scatter)."""
-    errs = errors(database)
+    return _summary(errors(database))
+
+
+def _summary(errs) -> list[tuple[str, str, int, float, float, float, float]]:
     lines = []
     for op, d in errs.items():
         for band, lo, hi in (*BANDS, ("all sizes", 0, 1 << 62)):
@@ -95,8 +103,9 @@ def main() -> None:
           f"{'ratio':>6s}")
     print(f"  {'':15s} {'':14s} {'':>4s}   {'median':>8s} {'p90':>8s}   {'median':>8s} {'p90':>8s}   "
           f"{'of med.':>6s}")
+    errs = errors(args.database)
     last = None
-    for op, band, n, cm, cp, dm, dp in summary(args.database):
+    for op, band, n, cm, cp, dm, dp in _summary(errs):
         if last is not None and op != last:
             print()
         last = op
@@ -104,6 +113,9 @@ def main() -> None:
         note = "   (not in overall)" if op in EXTRA and band == "all sizes" else ""
         print(f"  {label:15s} {band:14s} {n:4d}   {100 * cm:7.1f}% {100 * cp:7.1f}%   "
               f"{100 * dm:7.1f}% {100 * dp:7.1f}%   {dm / cm:5.1f}x{note}")
+        if op in errs and band == "all sizes":
+            names, counts = np.unique(errs[op]["chosen"], return_counts=True)
+            print(f"  {'':15s} chosen: {', '.join(f'{a} {k}' for a, k in zip(names, counts))}")
         if op == "overall" and band == "all sizes":
             verdict = "met" if cm <= TARGET_MEDIAN else "NOT met"
             print(f"\n  target: overall median ≤ {100 * TARGET_MEDIAN:.0f} % — {verdict} "

@@ -62,3 +62,17 @@ def test_cli(cli):
     assert proc.returncode == 2 and "'fast' is not a number" in proc.stderr
     proc = cli("collective", "gossip", "--topology", "ring:4", "--link-bandwidth", "1e9", "--bytes", "1")
     assert proc.returncode == 2 and "unknown collective 'gossip'" in proc.stderr
+
+
+def test_multiport_without_wraparound_runs_at_the_edge_devices_pace():
+    # a 4×4 mesh: interior devices have 4 links, edge devices one neighbour per dim (2 at a
+    # corner, 3 on a side), and a bandwidth-optimal collective waits for the worst placed
+    wrap, mesh = parse_tier("torus:4x4", BW), parse_tier("mesh:4x4", BW)
+    assert (wrap.bottleneck_links, mesh.links_per_device, mesh.bottleneck_links) == (4, 4, 2)
+    a = cost("all_gather", V, wrap, algorithm="multiport")
+    b = cost("all_gather", V, mesh, algorithm="multiport")
+    # (N−1)/N·V/(L·B) = 15/16·1.2e9/(4·50e9) = 5.625 ms with wraparound; L = 2 without: 11.25 ms
+    assert a.time_s == sympy.Rational(15, 16) * V / (4 * 50_000_000_000) == sympy.Rational(5625, 10**6)
+    assert b.time_s == 2 * a.time_s and b.links_used == 2
+    # a line (one dim, no wraparound): one link at the ends, so only the ring applies
+    assert [c.algorithm for c in costs("all_gather", V, parse_tier("mesh:8", BW))] == ["ring"]

@@ -96,16 +96,21 @@ def test_collective_leaf_on_a_mesh():
     sym = sympy.Symbol("n", positive=True, integer=True)
     r = model.process_op(make_leaf("all_gather", "ag", (Tensor("y", (sym,), "bf16"),),
                                    (Tensor("z", (sym,), "bf16"),), axis="tp", group_size=8))
-    # on a switch only the ring applies: 7 steps of α, 7/8 of 2n bytes over 18 links of 25 GB/s,
-    # each with the tier's calibration for all-gather
-    cal = topo.tiers[0].calibrated("all_gather")
-    alpha = cal.latency_s if cal.latency_s is not None else topo.tiers[0].link_latency_s
-    bw = 25 * 10**9 * cal.bandwidth_efficiency
-    assert r.time_s == 7 * alpha + sympy.Rational(7, 8) * 2 * sym / (18 * bw)
+    # on a switch only the ring applies, once per protocol the tier calibrates for all-gather:
+    # α₀ + 7 steps of α + 7/8 of 2n bytes over 18 links of 25 GB/s times the efficiency; at a
+    # symbolic size the model keeps the Min of the protocols
+    tier = topo.tiers[0]
+    rings = [(c.base_latency_s + 7 * (tier.link_latency_s if c.latency_s is None else c.latency_s)
+              + sympy.Rational(7, 8) * 2 * sym / (18 * 25 * 10**9 * c.bandwidth_efficiency))
+             for c in tier.calibrated("all_gather")]
+    assert len(rings) == 2 and r.time_s == sympy.Min(*rings)
+    assert "cheapest of ring/ll, ring/simple" in r.notes[0]
     wide = AnalyticPerformanceModel(H100, mesh=Mesh.ordered(topo, (("dp", 32),)))
     r = wide.process_op(make_leaf("all_reduce", "ar", (Tensor("y", (sym,), "bf16"),),
                                   (Tensor("z", (sym,), "bf16"),), axis="dp", group_size=32))
-    # Min(hierarchical, flat ring): SymPy proves the hierarchical form cheaper for every n > 0
-    hier, ring = span_costs("all_reduce", 2 * sym, topo.span(32))
-    assert (hier.algorithm, ring.algorithm) == ("hierarchical", "ring") and r.time_s == hier.time_s
-    assert "cheapest of hierarchical, ring" in r.notes[0]
+    # Min(hierarchical, flat ring per protocol); at 32 MiB the hierarchical form is the cheapest
+    hier, *flat = span_costs("all_reduce", 2 * sym, topo.span(32))
+    assert hier.algorithm == "hierarchical" and [c.algorithm for c in flat] == ["ring/ll", "ring/simple"]
+    assert r.time_s == sympy.Min(hier.time_s, *(c.time_s for c in flat))
+    assert r.time_s.subs(sym, 1 << 24) == hier.time_s.subs(sym, 1 << 24)
+    assert "cheapest of hierarchical, ring/ll, ring/simple" in r.notes[0]

@@ -15,14 +15,22 @@ column of the shipped H200 database, converted by ``perfcast db import aiconfigu
 
 Method, per collective (all_reduce, all_gather, reduce_scatter, all_to_all): perfcast's own cost
 forms are asked for every row — :func:`perfcast.perf.collectives.span_costs` on the ``nvlink``
-tier of ``hgx-h100`` with a symbolic calibration (``bandwidth_efficiency = 1/w``,
-``latency_s = α``) — and each option must be linear, ``t = s·α + c·w`` (the ring on a switch:
-``s = k·(N−1)``, ``c = k·(N−1)/N·V/(L·B)``, ``k = 2`` for all-reduce); the model's choice (the
-cheapest option) is taken at the current estimate, iterated until it no longer changes. The fit
-minimises Σ (t_model / t_measured − 1)² over all the op's rows — linear least squares in
-(α, w) with α ≥ 0 and w ≥ 1 (efficiency ≤ 1) — and rounds both to 3 significant digits. Every
-field of :class:`~perfcast.hardware.topology.Calibration` is fitted the same way, so a latency
-term added to the schema and the cost forms is fitted without changing this tool.
+tier of ``hgx-h100`` with a symbolic calibration of two protocols, ``ll`` and ``simple`` (NCCL's
+LL/LL128 and Simple: one trades bandwidth for latency; NCCL picks per call), each with unknowns
+``w = 1/bandwidth_efficiency``, ``latency_s = α`` per step and ``base_latency_s = α₀`` per call —
+and each option must be linear in them, ``t = α₀ + s·α + c·w`` (the ring on a switch:
+``s = k·(N−1)``, ``c = k·(N−1)/N·V/(L·B)``, ``k = 2`` for all-reduce). The model prices a row at
+its cheapest option, so the fit minimises Σ (min over options of t_model / t_measured − 1)² over
+all the op's rows, with w ≥ 1 (efficiency ≤ 1) and latencies ≥ 0: alternating least squares
+(rows assigned to their cheapest option, then a bounded linear fit, until the assignment stops
+changing) from several starts — the rows below each of a few sizes put on ``ll``, the rest on
+``simple`` — each then polished on the min itself (``scipy.optimize.least_squares``); the best
+start wins. A protocol's per-step and per-call latency that its chosen options cannot tell apart
+(a one-step algorithm such as direct all-to-all) are fitted as one per-call latency, the per-step
+one set to 0. Values are rounded to 3 significant digits (latencies first to the nanosecond, so
+a bound the solver approaches, 1e-13 s, is written as 0); the protocol with the lower efficiency
+is ``ll``, and a protocol that no row chooses after rounding is dropped and the rest refitted.
+``--protocols one`` (any single name) fits one calibration, written without a ``protocols`` map.
 The same values go into ``hgx-h200.yaml``: H200 keeps H100's NVLink4 links (18 × 25 GB/s per
 direction) and third-generation NVSwitch chips.
 
@@ -42,12 +50,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import sympy
-from scipy.optimize import lsq_linear
+from scipy.optimize import least_squares, lsq_linear
 
 from perfcast.hardware.topology import Calibration, Topology, load_topology_file
 from perfcast.perf.collectives import span_costs, topology_cost
@@ -62,10 +70,11 @@ OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter":
 ITEMSIZE = {"half": 2, "int8": 1}
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "src/perfcast/hardware/topologies"
 TARGETS = ("hgx-h100", "hgx-h200")
-#: every Calibration field is fitted; the efficiency enters as 1/w, the latencies as themselves
-FIELDS = tuple(f.name for f in fields(Calibration))
-SYMBOLS = {name: sympy.Symbol(name, positive=True) for name in FIELDS}
-SCALE = {name: 1.0 if name == "bandwidth_efficiency" else 1e-6 for name in FIELDS}  # O(1) unknowns
+PROTOCOLS = ("ll", "simple")  # low-latency first
+#: the fitted fields of a protocol, as written in the YAML; the efficiency enters as w = 1/efficiency
+FIELDS = ("bandwidth_efficiency", "latency_s", "base_latency_s")
+SCALE = {"bandwidth_efficiency": 1.0, "latency_s": 1e-6, "base_latency_s": 1e-6}  # O(1) unknowns
+STARTS = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)  # ll below, simple from each size
 
 
 def aic_root(given: Path | None) -> Path | None:
@@ -97,24 +106,36 @@ def read_rows(path: Path) -> dict[str, list[tuple[int, int, float]]]:
     return out
 
 
-def with_calibration(topo: Topology, op: str, cal: Calibration) -> Topology:
+def with_calibration(topo: Topology, op: str, cal: tuple[Calibration, ...]) -> Topology:
     tiers = tuple(replace(t, calibration=tuple((o, c) for o, c in t.calibration if o != op) + ((op, cal),))
                   if t.name == TIER else t for t in topo.tiers)
     return replace(topo, tiers=tiers)
 
 
-def linear_forms(topo: Topology, op: str, rows) -> list[list[tuple[str, np.ndarray]]]:
+def unknowns(protocols) -> list[tuple[str | None, str, sympy.Symbol]]:
+    """(protocol, field, symbol) in the order of the coefficient vectors."""
+    return [(p, f, sympy.Symbol(f"{p or 'one'}_{f}", positive=True)) for p in protocols for f in FIELDS]
+
+
+def calibration(protocols, values: dict[tuple[str | None, str], object]) -> tuple[Calibration, ...]:
+    return tuple(Calibration(values[p, "bandwidth_efficiency"], values[p, "latency_s"],
+                             values[p, "base_latency_s"], p) for p in protocols)
+
+
+def linear_forms(topo: Topology, op: str, rows, protocols) -> list[list[tuple[str, np.ndarray]]]:
     """Per row, every option perfcast offers as (algorithm, coefficients): its time is
-    Σ coefficient × unknown, the unknowns being 1/efficiency and the latencies."""
-    cal = Calibration(**{n: 1 / s if n == "bandwidth_efficiency" else s for n, s in SYMBOLS.items()})
-    sym = with_calibration(topo, op, cal)
+    Σ coefficient × unknown, the unknowns being w = 1/efficiency and the latencies of each
+    protocol."""
+    syms = unknowns(protocols)
+    sym = with_calibration(topo, op, calibration(protocols, {
+        (p, f): 1 / s if f == "bandwidth_efficiency" else s for p, f, s in syms}))
     forms = []
     for n, nbytes, _ in rows:
         options = []
         for c in span_costs(op, nbytes, sym.span(n)):
             t = sympy.expand(c.time_s)
-            coeffs = [t.coeff(s) for s in SYMBOLS.values()]
-            if (sympy.simplify(t - sum(k * s for k, s in zip(coeffs, SYMBOLS.values()))) != 0
+            coeffs = [t.coeff(s) for _, _, s in syms]
+            if (sympy.expand(t - sum(k * s for k, (_, _, s) in zip(coeffs, syms))) != 0
                     or any(k.free_symbols for k in coeffs)):
                 raise SystemExit(f"{op} {c.algorithm}: {c.formula} is not linear in the latencies and "
                                  f"1/efficiency; this fit assumes that form")
@@ -123,56 +144,149 @@ def linear_forms(topo: Topology, op: str, rows) -> list[list[tuple[str, np.ndarr
     return forms
 
 
-def fit(forms, rows) -> tuple[dict[str, float], list[str]]:
-    """Calibration values and the algorithm chosen per row: least squares on relative error,
-    efficiency ≤ 1, latencies ≥ 0; the choice (the cheapest option) is re-made at each estimate
-    until it no longer changes."""
+def _times(forms, x) -> np.ndarray:
+    return np.array([min(float(k @ x) for _, k in f) for f in forms])
+
+
+def _fit_assigned(forms, pick, t, lower, scale, free) -> np.ndarray:
+    """Bounded linear least squares on relative error with every row on its picked option;
+    unknowns outside ``free`` held at 0."""
+    a = np.array([f[i][1] / ti for f, i, ti in zip(forms, pick, t)]) * scale
+    x = np.zeros(len(scale))
+    x[free] = lsq_linear(a[:, free], np.ones(len(t)), bounds=(lower[free], np.inf)).x
+    return x * scale
+
+
+def fit(forms, rows, protocols) -> tuple[dict[tuple[str | None, str], float], list[str]]:
+    """Calibration values and the option chosen per row (see the module docstring); a value
+    held at 0 because the chosen options cannot tell it apart is ``None``."""
+    syms = unknowns(protocols)
     t = np.array([r[2] for r in rows])
-    scale = np.array([SCALE[n] for n in FIELDS])
-    lower = np.array([1.0 if n == "bandwidth_efficiency" else 0.0 for n in FIELDS])
-    pick = [0] * len(rows)
-    for _ in range(20):
-        a = np.array([f[i][1] / ti for f, i, ti in zip(forms, pick, t)]) * scale
-        x = lsq_linear(a, np.ones(len(rows)), bounds=(lower, np.inf)).x * scale
-        new = [min(range(len(f)), key=lambda j: float(f[j][1] @ x)) for f in forms]
-        if new == pick:
-            break
-        pick = new
-    values = {n: 1 / v if n == "bandwidth_efficiency" else v for n, v in zip(FIELDS, x)}
-    return values, [f[i][0] for f, i in zip(forms, pick)]
+    nbytes = np.array([r[1] for r in rows])
+    scale = np.array([SCALE[f] for _, f, _ in syms])
+    lower = np.array([1.0 if f == "bandwidth_efficiency" else 0.0 for _, f, _ in syms])
+    best = None
+    for start in STARTS if len(protocols) > 1 else (0,):
+        want = [protocols[0] if b < start else protocols[-1] for b in nbytes]
+        # first assignment: the datasheet-cheapest option of the wanted protocol
+        guess = np.array([1.0 if f == "bandwidth_efficiency" else 2e-6 if f == "latency_s" else 0.0
+                          for _, f, _ in syms])
+        pick = [min((j for j, (a, _) in enumerate(f) if _protocol(a) in (w, None)),
+                    key=lambda j: float(f[j][1] @ guess)) for f, w in zip(forms, want)]
+        for _ in range(50):
+            if len({_protocol(f[i][0]) for f, i in zip(forms, pick)}) < len(protocols):
+                break  # a protocol lost every row: its figures are unconstrained; try another start
+            free = _identifiable(forms, pick, syms)
+            x = _fit_assigned(forms, pick, t, lower, scale, free)
+            new = [_cheapest(f, x, syms) for f in forms]
+            if new == pick:
+                break
+            pick = new
+        if len({_protocol(f[i][0]) for f, i in zip(forms, pick)}) < len(protocols):
+            continue
+        # polish on the min itself (the assignment above ignores rows that switch option)
+        sol = least_squares(lambda z: _times(forms, _expand(z, free, scale)) / t - 1, x[free] / scale[free],
+                            bounds=(lower[free], np.inf), x_scale=1.0)
+        x = _expand(sol.x, free, scale)
+        loss = float(np.sum((_times(forms, x) / t - 1) ** 2))
+        if best is None or loss < best[0]:
+            best = (loss, x, free)
+    if best is None:
+        raise SystemExit(f"no start keeps rows on every protocol ({', '.join(protocols)}); fit fewer")
+    _, x, free = best
+    values = {(p, f): None if not fitted else 1 / v if f == "bandwidth_efficiency" else v
+              for (p, f, _), v, fitted in zip(syms, x, free)}
+    return values, [f[_cheapest(f, x, syms)][0] for f in forms]
 
 
-def sig3(x: float) -> float:
-    return float(f"{x:.3g}")
+def _cheapest(options, x, syms) -> int:
+    """The option the model chooses at ``x``; of equal ones, the one with fewer latency steps
+    (at α = 0 a ring and a one-step algorithm tie, and only the latter's latency is fitted)."""
+    steps = np.array([f == "latency_s" for _, f, _ in syms])
+    return min(range(len(options)), key=lambda j: (float(options[j][1] @ x), float(options[j][1] @ steps)))
+
+
+def _expand(z, free, scale) -> np.ndarray:
+    x = np.zeros(len(scale))
+    x[free] = z
+    return x * scale
+
+
+def _protocol(algorithm: str) -> str | None:
+    return algorithm.split("/")[1] if "/" in algorithm else None
+
+
+def _identifiable(forms, pick, syms) -> np.ndarray:
+    """The unknowns the picked options can tell apart (every protocol is picked by some row): a
+    per-step latency collinear with the per-call one (a one-step algorithm) is held at 0."""
+    a = np.array([f[i][1] for f, i in zip(forms, pick)])
+    free = np.ones(len(syms), dtype=bool)
+    for p in {p for p, _, _ in syms}:
+        cols = [i for i, (q, _, _) in enumerate(syms) if q == p]
+        used = np.abs(a[:, cols]).sum(axis=1) > 0
+        if np.linalg.matrix_rank(a[used][:, cols]) < len(cols):
+            step = next(i for i, (q, f, _) in enumerate(syms) if q == p and f == "latency_s")
+            free[step] = False
+    return free
+
+
+def rounded(field: str, x: float) -> float:
+    """3 significant digits; latencies first to the nanosecond (a bound reached only
+    approximately, 1e-13 s, is 0)."""
+    return float(f"{round(x, 9) if field != 'bandwidth_efficiency' else x:.3g}")
 
 
 def errors(topo: Topology, op: str, rows) -> np.ndarray:
     return np.array([float(topology_cost(op, b, topo, n).time_s) / t - 1 for n, b, t in rows])
 
 
-def source_text(op, rows, algos, formulas, err, version, target, links_bw: str) -> str:
+def describe(fit_of_op) -> str:
+    """The fitted figures, as YAML flow mappings."""
+    values, protocols = fit_of_op
+    def one(p):
+        return ", ".join(f"{f}: {_num(values[p, f])}" for f in FIELDS)
+    return "; ".join(f"{p}: {{{one(p)}}}" if p else f"{{{one(p)}}}" for p in protocols)
+
+
+def _num(v: float) -> str:
+    return "0" if v == 0 else f"{v:.3g}".replace("e-0", "e-")
+
+
+def source_text(op, rows, algos, formulas, err, version, target, links_bw: str, protocols, held) -> str:
     held_out = ("" if target == "hgx-h100" else
                 "H100 fit applied unchanged: HGX H200 keeps H100's NVLink4 (18 links x 25 GB/s per "
                 "direction) and third-generation NVSwitch chips; H200 rows held out "
                 "(benchmarks/nccl_accuracy.py); ")
-    forms = "; ".join(f"{a}: {f}" for a, f in sorted(set(zip(algos, formulas))))
+    forms = "; ".join(f"{a}: {f}" for a, f in sorted({(a.split("/")[0], f) for a, f in zip(algos, formulas)}))
+    share = ", ".join(f"{a} {algos.count(a)}" for a in sorted(set(algos)))
+    per = (f"one option per protocol ({', '.join(protocols)}), the cheapest taken per row; "
+           if protocols[0] is not None else "")
+    note = (f"; α of {', '.join(p or 'the op' for p in held)} held at 0 (one step per call: not "
+            f"separable from α₀)" if held else "")
     a = np.abs(err)
     return (f"{held_out}fitted by tools/calibrate_collectives.py on aiconfigurator-core {version} "
             f"{REL} (Apache-2.0; NCCL {NCCL} nccl-tests on one HGX H100 node, default algorithm "
-            f"selection, out-of-place time): op_name {[k for k, v in OPS.items() if v == op][0]}, "
+            f"and protocol selection, out-of-place time): op_name {[k for k, v in OPS.items() if v == op][0]}, "
             f"{len(rows)} rows (2/4/8 GPUs, half and int8, 512 B-512 MiB; V = message_size x dtype "
-            f"size); least squares on relative error of the model's own form ({forms}; L·B = {links_bw} "
-            f"times the efficiency, α the latency), efficiency <= 1; H100 |error| median "
+            f"size); least squares on relative error of the model's own forms ({per}{forms}; "
+            f"L·B = {links_bw} times the efficiency, α the per-step and α₀ the per-call latency), "
+            f"efficiency <= 1, latencies >= 0{note}; rows by option: {share}; H100 |error| median "
             f"{100 * np.median(a):.1f} %, p90 {100 * np.percentile(a, 90):.1f} %")
 
 
 def render(fitted: dict, version: str, rowsets, target: str, links_bw: str) -> tuple[list[str], dict[str, str]]:
     block = ["    calibration:"]
     sources = {}
-    for op, (values, algos, formulas, err) in fitted.items():
-        body = ", ".join(f"{n}: {v:.3g}".replace("e-0", "e-") for n, v in values.items())
-        block.append(f"      {op}: {{{body}}}")
-        sources[f"{TIER}.{op}"] = source_text(op, rowsets[op], algos, formulas, err, version, target, links_bw)
+    for op, (values, protocols, algos, formulas, err, held) in fitted.items():
+        def body(p):
+            return ", ".join(f"{f}: {_num(values[p, f])}" for f in FIELDS)
+        if protocols[0] is None:
+            block.append(f"      {op}: {{{body(None)}}}")
+        else:
+            block += [f"      {op}:", "        protocols:"]
+            block += [f"          {p}: {{{body(p)}}}" for p in protocols]
+        sources[f"{TIER}.{op}"] = source_text(op, rowsets[op], algos, formulas, err, version, target,
+                                              links_bw, protocols, held)
     return block, sources
 
 
@@ -220,12 +334,39 @@ def yaml_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def fit_op(base: Topology, op: str, rows, protocols) -> tuple:
+    """(values, protocols kept, chosen algorithm per row, their formulas, signed errors) of the
+    rounded fit; a protocol no row chooses is dropped and the rest refitted."""
+    values, _ = fit(linear_forms(base, op, rows, protocols), rows, protocols)
+    held = [p for (p, f), v in values.items() if v is None]
+    values = {(p, f): 0.0 if v is None else rounded(f, v) for (p, f), v in values.items()}
+    if len(protocols) > 1:
+        ordered = sorted(protocols, key=lambda p: values[p, "bandwidth_efficiency"])
+        if list(ordered) != list(protocols):  # name by efficiency: the low-latency one is slower
+            values = {(q, f): values[p, f] for p, q in zip(ordered, protocols) for f in FIELDS}
+    cal = calibration(protocols, {k: sympy.Rational(repr(v)) for k, v in values.items()})
+    topo = with_calibration(base, op, cal)
+    chosen = [topology_cost(op, b, topo, n) for n, b, _ in rows]
+    used = {_protocol(c.algorithm) for c in chosen}
+    if len(protocols) > 1 and len(used) < len(protocols):
+        kept = tuple(p for p in protocols if p in used)
+        print(f"  {op}: protocol {', '.join(p for p in protocols if p not in used)} chosen by no row; "
+              f"refitting with {', '.join(kept)}")
+        return fit_op(base, op, rows, kept if len(kept) > 1 else (None,))
+    return (values, protocols, [c.algorithm for c in chosen], [c.formula for c in chosen],
+            errors(topo, op, rows), held)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--aic-root", type=Path,
                     help="the aiconfigurator_core package directory (default: the importable one)")
+    ap.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), metavar="NAME",
+                    help="protocol options to fit, low-latency first (default: ll simple; one name: "
+                         "a single calibration)")
     ap.add_argument("--write", action="store_true", help="rewrite hgx-h100.yaml and hgx-h200.yaml")
     args = ap.parse_args()
+    protocols = tuple(args.protocols) if len(args.protocols) > 1 else (None,)
     root = aic_root(args.aic_root)
     path = root / REL if root is not None else None
     if path is None or not path.exists():
@@ -242,28 +383,19 @@ def main() -> int:
     tier = next(t for t in base.tiers if t.name == TIER)
     print(f"fit on {version} {REL}: {TIER} tier of hgx-h100, L = {tier.links_per_device} links x "
           f"B = {float(tier.link_bandwidth_bytes_per_s):.3g} B/s, datasheet α = {float(tier.link_latency_s):.3g} s")
-    head = " ".join(f"{n:>20s}" for n in FIELDS)
-    print(f"  {'op':15s} {'rows':>4s} {'algorithm':>11s} {head} {'median':>7s} {'p90':>7s} {'max':>7s}"
-          f"   H100 |error| (datasheet median)")
     fitted = {}
     for op, rows in rowsets.items():
         if not rows:
             continue
-        values, _ = fit(linear_forms(base, op, rows), rows)
-        values = {n: sig3(v) for n, v in values.items()}
-        zero = [n for n, v in values.items() if v <= 0]
-        if zero:
-            raise SystemExit(f"{op}: {zero[0]} fits to 0; the topology schema needs a positive value")
-        topo = with_calibration(base, op, Calibration(**{n: sympy.Rational(repr(v)) for n, v in values.items()}))
-        chosen = [topology_cost(op, b, topo, n) for n, b, _ in rows]
-        algos, formulas = [c.algorithm for c in chosen], [c.formula for c in chosen]
-        err, raw = errors(topo, op, rows), np.abs(errors(base, op, rows))
-        fitted[op] = (values, algos, formulas, err)
+        values, kept, algos, formulas, err, held = fit_op(base, op, rows, protocols)
+        fitted[op] = (values, kept, algos, formulas, err, held)
+        raw = np.abs(errors(base, op, rows))
         a = np.abs(err)
-        cells = " ".join(f"{v:20.3g}" for v in values.values())
-        print(f"  {op:15s} {len(rows):4d} {'/'.join(sorted(set(algos))):>11s} {cells} "
-              f"{100 * np.median(a):6.1f}% {100 * np.percentile(a, 90):6.1f}% {100 * a.max():6.1f}%   "
-              f"({100 * np.median(raw):.1f}%)")
+        share = ", ".join(f"{x} {algos.count(x)}" for x in sorted(set(algos)))
+        print(f"  {op:15s} {len(rows):4d} rows  H100 |error| median {100 * np.median(a):5.1f} %, "
+              f"p90 {100 * np.percentile(a, 90):5.1f} %, max {100 * a.max():5.1f} % "
+              f"(datasheet median {100 * np.median(raw):.1f} %); chosen: {share}")
+        print(f"  {'':15s} {describe((values, kept))}")
     for target in TARGETS:
         links_bw = f"{tier.links_per_device} x {float(tier.link_bandwidth_bytes_per_s):.3g} B/s"
         block, sources = render(fitted, version, rowsets, target, links_bw)
@@ -276,7 +408,7 @@ def main() -> int:
         rewrite(file, block, sources)
         load_topology_file.cache_clear()
         loaded = load_topology_file(file)
-        for op, (*_, err) in fitted.items():
+        for op, (*_, err, _) in fitted.items():
             if not np.allclose(errors(loaded, op, rowsets[op]), err, rtol=1e-12, atol=0):
                 raise SystemExit(f"{file}: the loaded calibration of {op} does not reproduce the fit")
         print(f"wrote {file}")

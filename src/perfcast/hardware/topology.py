@@ -10,8 +10,9 @@ link, not two (ARCHITECTURE.md §4, WE-2). A switch tier says how many ports eac
 InfiniBand fabric).
 
 Shipped topologies are YAML files in ``topologies/`` with the same strictness as devices:
-every datasheet number has a source; calibration (per-collective bandwidth efficiency and
-per-step latency fitted on measured collectives) is kept apart, with sources of its own.
+every datasheet number has a source; calibration (per-collective bandwidth efficiency, per-step
+and per-call latency fitted on measured collectives, optionally per protocol) is kept apart, with
+sources of its own.
 
 A :class:`Mesh` lays named parallel axes (``tp``, ``dp``, ``pp`` …) over a topology, innermost
 axis first on the innermost tier, and says which tiers each axis's groups span.
@@ -40,11 +41,19 @@ COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broa
 
 @dataclass(frozen=True)
 class Calibration:
-    """A collective's fitted figures on one tier: achieved / datasheet link bandwidth, and the
-    per-step latency that replaces the datasheet hop latency."""
+    """A collective's fitted figures on one tier, for one protocol: achieved / datasheet link
+    bandwidth, the per-step latency that replaces the datasheet hop latency (``None``: keep it),
+    and a latency paid once per call. NCCL prices a call the same way — a base latency plus a
+    hardware latency per step, each per protocol (``src/graph/tuning.cc``: ``baseLat`` and
+    ``hwLat``) — and its protocols trade one for the other: LL and LL128 cut latency at a
+    fraction of the link bandwidth, Simple runs at full bandwidth after a longer start. A
+    collective calibrated with several protocols (``protocol`` names each) is priced under each,
+    the cheapest taken per call."""
 
     bandwidth_efficiency: sympy.Expr = sympy.Integer(1)
     latency_s: sympy.Expr | None = None
+    base_latency_s: sympy.Expr = sympy.Integer(0)
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class Tier:
     link_latency_s: sympy.Expr = sympy.Integer(0)
     wraparound: bool = True
     ports: int | None = None  # a switch's ports per device (default 1)
-    calibration: tuple[tuple[str, Calibration], ...] = ()
+    calibration: tuple[tuple[str, tuple[Calibration, ...]], ...] = ()  # op → one per protocol
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -68,6 +77,11 @@ class Tier:
         if self.ports is not None and self.kind != "switch":
             raise UserError(f"topology tier {self.name}: links_per_device is given only for a switch "
                             f"(a {self.kind} counts its distinct neighbours)")
+        for op, options in self.calibration:
+            names = [c.protocol for c in options]
+            if not options or (len(options) > 1 and None in names) or len(set(names)) != len(names):
+                raise UserError(f"topology tier {self.name}: the calibration of {op} needs one entry, "
+                                f"or one per distinctly named protocol")
 
     @property
     def size(self) -> int:
@@ -104,10 +118,11 @@ class Tier:
             return self.size // 2
         return 1 if self.size > 1 else 0
 
-    def calibrated(self, op: str) -> Calibration:
-        """The calibration of ``op`` on this tier (or the tier's ``default`` one, or none)."""
+    def calibrated(self, op: str) -> tuple[Calibration, ...]:
+        """The calibration of ``op`` on this tier, one per protocol (or the tier's ``default``
+        one; without either, the datasheet figures)."""
         table = dict(self.calibration)
-        return table.get(op) or table.get("default") or Calibration()
+        return table.get(op) or table.get("default") or (Calibration(),)
 
     def resized(self, size: int) -> "Tier":
         if self.kind == "torus" and len(self.dims) > 1:
@@ -192,9 +207,36 @@ def parse_tier(text: str, link_bandwidth: float, link_latency: float = 0.0) -> T
 # --- YAML schema ---------------------------------------------------------------------------------
 
 
-class _CalibrationSpec(_Strict):
+Latency = Annotated[float, Field(strict=True, ge=0)]  # a fitted latency may be zero
+Protocol = Annotated[str, Field(strict=True, pattern=r"^[a-z][a-z0-9_]*$")]
+
+
+class _ProtocolSpec(_Strict):
     bandwidth_efficiency: Annotated[float, Field(strict=True, gt=0, le=1)] = 1.0
-    latency_s: Positive | None = None
+    latency_s: Latency | None = None  # per step; absent: the tier's link_latency_s
+    base_latency_s: Latency = 0.0  # once per call
+
+
+class _CalibrationSpec(_ProtocolSpec):
+    """One collective's calibration: the figures once, or ``protocols`` giving them per protocol."""
+
+    protocols: dict[Protocol, _ProtocolSpec] = Field(default_factory=dict, min_length=1)
+
+    @model_validator(mode="after")
+    def _either(self):
+        flat = sorted(self.model_fields_set - {"protocols"})
+        if self.protocols and flat:
+            raise ValueError(f"@{flat[0]}: give the figures once or per protocol (under protocols), "
+                             f"not both")
+        return self
+
+    def options(self) -> tuple[Calibration, ...]:
+        def one(c: _ProtocolSpec, name: str | None) -> Calibration:
+            return Calibration(exact(c.bandwidth_efficiency), None if c.latency_s is None else exact(c.latency_s),
+                               exact(c.base_latency_s), name)
+        if not self.protocols:
+            return (one(self, None),)
+        return tuple(one(c, name) for name, c in self.protocols.items())
 
 
 class _TierSpec(_Strict):
@@ -247,8 +289,7 @@ class TopologySpec(_Strict):
 
 
 def _tier(spec: _TierSpec) -> Tier:
-    cal = tuple((op, Calibration(exact(c.bandwidth_efficiency), None if c.latency_s is None else exact(c.latency_s)))
-                for op, c in spec.calibration.items())
+    cal = tuple((op, c.options()) for op, c in spec.calibration.items())
     return Tier(spec.name, spec.kind, tuple(spec.shape), exact(spec.link_bandwidth_bytes_per_s),
                 exact(spec.link_latency_s), spec.wraparound, spec.links_per_device, cal)
 
