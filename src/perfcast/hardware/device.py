@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 import sympy
 
-from perfcast.hardware.spec import Curve, DeviceSpec, SpecError, load_spec
+from perfcast.hardware.spec import Curve, DeviceSpec, SpecError, get_shipped, load_spec, shipped_files
 
 
 def exact(value: float) -> sympy.Rational:
@@ -66,13 +64,8 @@ class Device:
         return getattr(self.spec.calibration.efficiency, unit)
 
 
-def _shipped() -> dict[str, Path]:
-    folder = resources.files("perfcast.hardware") / "devices"
-    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
-
-
 def device_names() -> list[str]:
-    return sorted(_shipped())
+    return sorted(shipped_files("devices"))
 
 
 @lru_cache(maxsize=None)
@@ -83,12 +76,4 @@ def load_device_file(path: str | Path) -> Device:
 
 def get_device(name: str) -> Device:
     """A shipped device by name; an unknown name is an error that suggests the closest."""
-    shipped = _shipped()
-    if name not in shipped:
-        close = difflib.get_close_matches(name, shipped, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(shipped))}"
-        raise SpecError(f"unknown device {name!r}{hint}")
-    device = load_device_file(shipped[name])
-    if device.name != name:
-        raise SpecError(f"{device.path}: key 'name' is {device.name!r}, expected {name!r} (the file name)")
-    return device
+    return get_shipped("device", "devices", name, load_device_file)

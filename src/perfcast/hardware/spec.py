@@ -182,3 +182,28 @@ def parse_spec(model: type[BaseModel], path: Path, data: object) -> BaseModel:
 
 def load_spec(path: Path) -> DeviceSpec:
     return parse_spec(DeviceSpec, path, read_yaml(path))
+
+
+def shipped_files(folder: str) -> dict[str, Path]:
+    """The YAML files shipped in ``perfcast/hardware/<folder>``, by name (file stem)."""
+    from importlib import resources
+
+    root = resources.files("perfcast.hardware") / folder
+    return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith(".yaml")}
+
+
+def get_shipped(what: str, folder: str, name: str, load):
+    """The shipped ``what`` (device, topology) called ``name``, loaded by ``load(path)``; an
+    unknown name is an error that suggests the closest, and a file whose ``name`` key differs
+    from its file name is refused."""
+    import difflib
+
+    shipped = shipped_files(folder)
+    if name not in shipped:
+        close = difflib.get_close_matches(name, shipped, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(shipped))}"
+        raise SpecError(f"unknown {what} {name!r}{hint}")
+    item = load(shipped[name])
+    if item.name != name:
+        raise SpecError(f"{item.path}: key 'name' is {item.name!r}, expected {name!r} (the file name)")
+    return item

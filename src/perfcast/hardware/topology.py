@@ -20,11 +20,9 @@ axis first on the innermost tier, and says which tiers each axis's groups span.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -32,7 +30,8 @@ import sympy
 from pydantic import Field, model_validator
 
 from perfcast.hardware.device import exact
-from perfcast.hardware.spec import Positive, SpecError, Text, _check_sources, _leaf_paths, _Strict, parse_spec, read_yaml
+from perfcast.hardware.spec import (Positive, Text, _check_sources, _Strict, get_shipped, parse_spec, read_yaml,
+                                    shipped_files)
 from perfcast.ir.errors import UserError
 
 KINDS = ("torus", "ring", "switch", "full_mesh")
@@ -294,13 +293,8 @@ def _tier(spec: _TierSpec) -> Tier:
                 exact(spec.link_latency_s), spec.wraparound, spec.links_per_device, cal)
 
 
-def _shipped() -> dict[str, Path]:
-    folder = resources.files("perfcast.hardware") / "topologies"
-    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
-
-
 def topology_names() -> list[str]:
-    return sorted(_shipped())
+    return sorted(shipped_files("topologies"))
 
 
 @lru_cache(maxsize=None)
@@ -312,15 +306,7 @@ def load_topology_file(path: str | Path) -> Topology:
 
 def get_topology(name: str) -> Topology:
     """A shipped topology by name; an unknown name is an error that suggests the closest."""
-    shipped = _shipped()
-    if name not in shipped:
-        close = difflib.get_close_matches(name, shipped, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(shipped))}"
-        raise SpecError(f"unknown topology {name!r}{hint}")
-    topo = load_topology_file(shipped[name])
-    if topo.name != name:
-        raise SpecError(f"{topo.path}: key 'name' is {topo.name!r}, expected {name!r} (the file name)")
-    return topo
+    return get_shipped("topology", "topologies", name, load_topology_file)
 
 
 def resolve_topology(text: str, link_bandwidth: float | None = None, link_latency: float = 0.0) -> Topology:
