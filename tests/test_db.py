@@ -111,7 +111,7 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
     root = tmp_path / "db" / "h200-sxm" / "trtllm" / "1.0"
     assert got["root"] == root and got["communication"] == tmp_path / "db" / "h200-sxm" / "nccl" / "2.1"
     assert got["tables"] == {"MatMul": 3, "ContextAttention": 3, "GenerationAttention": 3,
-                             "GroupedMatMul": 2, "ContextMLA": 1, "GenerationMLA": 1}
+                             "GroupedMatMul": 4, "ContextMLA": 1, "GenerationMLA": 1}
     assert got["collectives"] == {"AllGather": 1, "AllReduce": 2, "AllToAll": 0, "ReduceScatter": 0}
     assert _csv(root / "MatMul.csv")[0] == {"M": "16", "K": "64", "N": "32", "dtype": "bf16", "latency_us": "20"}
     assert [r["q_len"] for r in _csv(root / "GenerationAttention.csv")] == ["1", "1", "1"]
@@ -127,9 +127,21 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
     assert (mm["rows_read"], mm["dropped_unknown_dtype"], mm["dropped_latency"], mm["merged_duplicates"],
             mm["rows"]) == (7, 1, 2, 1, 3)
     assert mm["unknown_dtypes_dropped"] == ["fp8_block"]
-    assert manifest["tables"]["GroupedMatMul"]["rows_selected"] == 3  # tp/ep/routing/gating filters
+    assert manifest["tables"]["GroupedMatMul"]["rows_selected"] == 5  # routing and gating filters
     assert not (got["communication"] / "AllToAll.csv").exists()  # no rows left: not written
     assert check_database(tmp_path / "db") == []
+
+
+def test_import_keeps_expert_split_rows_per_device(aic, tmp_path):
+    """moe_tp 2 of inter_size 768: each device's experts are 384 wide; moe_ep rows keep their split."""
+    root = _imported(aic, tmp_path / "db")["root"]
+    rows = {(r["moe_tp"], r["moe_ep"], r["dtype"]): (r["tokens"], r["inter"], r["experts"], r["latency_us"])
+            for r in _csv(root / "GroupedMatMul.csv")}
+    assert rows == {("1", "1", "bf16"): ("64", "768", "128", "50"), ("1", "1", "fp8"): ("64", "768", "128", "40"),
+                    ("2", "1", "bf16"): ("64", "384", "128", "30"), ("1", "8", "bf16"): ("64", "768", "128", "30")}
+    assert "keys: [tokens, hidden, inter, experts, top_k, moe_tp, moe_ep, dtype]" in (root / "op_mapping.yaml").read_text()
+    selection = yaml.safe_load((root / "MANIFEST.yaml").read_text())["tables"]["GroupedMatMul"]["selection"]
+    assert "collect_moe.py, run_moe_torch" in selection and "inter_size / moe_tp_size -> inter" in selection
 
 
 def test_imported_database_prices_leaves(aic, tmp_path):
@@ -255,7 +267,7 @@ def test_cli_check_and_import(db, aic, tmp_path, capsys):
     assert "latency_us must be positive" in capsys.readouterr().out
     assert main(["db", "import", "aiconfigurator", "--system", "test_sys", "--backend", "trtllm",
                  "--version", "1.0", "--out", str(tmp_path / "out"), "--aic-root", str(aic)]) == 0
-    assert "GroupedMatMul: 2 rows" in capsys.readouterr().out
+    assert "GroupedMatMul: 4 rows" in capsys.readouterr().out
     assert (tmp_path / "out" / "test-sys" / "trtllm" / "1.0" / "op_mapping.yaml").exists()
 
 

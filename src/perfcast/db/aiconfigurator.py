@@ -10,10 +10,11 @@ an element count (the same byte volume takes about the same time in ``half`` and
 Rows become perfcast features (:mod:`perfcast.perf.features`) so that a leaf's features select
 them: GEMM → ``MatMul``; context/generation attention → ``ContextAttention`` /
 ``GenerationAttention`` (decode rows carry ``q_len`` 1, so a prefill leaf never matches them);
-MoE → ``GroupedMatMul`` (single-GPU rows only: no TP/EP split, balanced routing, gated MLP —
-what a perfcast ``grouped_matmul`` leaf describes). MLA tables are keyed on aiconfigurator's
-own parameters and left unmapped (a perfcast MLA leaf is an ordinary attention leaf whose
-per-head widths the source tables do not record). Collectives go to
+MoE → ``GroupedMatMul`` (balanced routing, gated MLP — what a perfcast ``grouped_matmul`` leaf
+describes — at every expert-tensor and expert-parallel split measured; :func:`_moe` says what
+such a row times). MLA tables are keyed on aiconfigurator's own parameters and left unmapped (a
+perfcast MLA leaf is an ordinary attention leaf whose per-head widths the source tables do not
+record). Collectives go to
 ``<device>/nccl/<version>/``, keyed on devices, dtype and bytes.
 """
 
@@ -95,16 +96,43 @@ def _mla(df, decode: bool):
 
 
 def _moe(df):
-    df = df[(df.moe_tp_size == 1) & (df.moe_ep_size == 1) & (df.distribution == "balanced")
-            & ~df.kernel_source.str.contains("nongated")]
-    k = Kernel("GroupedMatMul", ("tokens", "hidden", "inter", "experts", "top_k", "dtype"),
+    """Balanced, gated MoE rows at every ``moe_tp_size`` × ``moe_ep_size`` measured.
+
+    What a row times — aiconfigurator's TensorRT-LLM collector (``collector/trtllm/collect_moe.py``,
+    ``run_moe_torch``; routing from ``balanced_logits`` in ``collector/helper.py``): one GPU builds
+    the fused MoE module with ``create_moe(num_experts=E, intermediate_size=inter_size, ...)``
+    under a ``Mapping`` with ``moe_tp_size`` and ``moe_ep_size`` set, i.e. as rank 0 of that
+    split — experts ``[0, E/moe_ep)``, ``inter_size/moe_tp`` of each one's intermediate
+    (``inter_size`` is the model's full per-expert width, split inside; the autotuner cache is
+    named ``{hidden}_{inter_size // moe_tp_size}_{num_experts // moe_ep_size}``). The timed
+    forward gets ``num_tokens`` tokens, each routed to ``topk`` of all E experts (token t →
+    ``(t + i·⌈E/topk⌉) mod E``), and does no communication (``reduce_results=False``): the rank
+    computes the token-expert pairs that land on its experts, ``num_tokens·topk/moe_ep`` under
+    balanced routing. ``num_tokens`` is thus the MoE input on one rank — every token of the MoE
+    group, not a per-rank share: aiconfigurator's own MoE op (``src/aiconfigurator/sdk/operations/
+    moe.py``: ``MoE.query`` asks for ``x · attention_dp_size`` tokens, ``x`` per attention rank;
+    the speed of light in ``MoE._query_moe_table`` counts ``num_tokens·topk/moe_ep`` pairs at
+    ``inter_size/moe_tp``). The rows agree: latency falls about as ``1/moe_ep`` at many tokens.
+
+    perfcast's keys describe the device's work: ``tokens`` = num_tokens; ``inter`` =
+    ``inter_size / moe_tp`` (the width its GEMMs run at, which a leaf's per-device weights give);
+    ``experts`` = E (global); ``moe_tp``, ``moe_ep`` as measured."""
+    df = df[(df.distribution == "balanced") & ~df.kernel_source.str.contains("nongated")
+            & (df.inter_size % df.moe_tp_size == 0)]
+    k = Kernel("GroupedMatMul", ("tokens", "hidden", "inter", "experts", "top_k", "moe_tp", "moe_ep", "dtype"),
                ("tokens",), selection=(
-                   "moe_tp_size 1, moe_ep_size 1, distribution balanced, gated kernels only "
-                   "(kernel_source without 'nongated'); num_tokens -> tokens, hidden_size -> "
-                   "hidden, inter_size -> inter (per expert), num_experts -> experts, topk -> "
-                   "top_k, moe_dtype -> dtype"))
-    return k, df.assign(tokens=df.num_tokens, hidden=df.hidden_size, inter=df.inter_size,
-                        experts=df.num_experts, top_k=df.topk, dtype=df.moe_dtype)
+                   "distribution balanced, gated kernels only (kernel_source without 'nongated'), every "
+                   "moe_tp_size and moe_ep_size; num_tokens -> tokens (the MoE input on one rank: every "
+                   "token of the group, routed over all experts), hidden_size -> hidden, inter_size / "
+                   "moe_tp_size -> inter (per expert, per device), num_experts -> experts (global), topk "
+                   "-> top_k, moe_tp_size -> moe_tp, moe_ep_size -> moe_ep, moe_dtype -> dtype. A row "
+                   "times rank 0 of the split: experts [0, E/moe_ep), inter_size/moe_tp of each, and "
+                   "the num_tokens*topk/moe_ep token-expert pairs balanced routing sends them "
+                   "(aiconfigurator collector/trtllm/collect_moe.py, run_moe_torch; "
+                   "src/aiconfigurator/sdk/operations/moe.py, MoE.query)"))
+    return k, df.assign(tokens=df.num_tokens, hidden=df.hidden_size, inter=df.inter_size // df.moe_tp_size,
+                        experts=df.num_experts, top_k=df.topk, moe_tp=df.moe_tp_size, moe_ep=df.moe_ep_size,
+                        dtype=df.moe_dtype)
 
 
 #: (op directory, parquet file, converter) for the compute tables, in mapping order.

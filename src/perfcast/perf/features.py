@@ -16,10 +16,11 @@ from perfcast.ir import Leaf
 from perfcast.ir.registry import Registry
 
 Features = dict[str, object]
-#: Features with a neutral value: a leaf that departs from it (an expert-parallel share of a
-#: grouped GEMM) misses a table that is not keyed on the feature, since the table's rows were
-#: all measured at the neutral value.
-NEUTRAL = {"moe_ep": 1, "token_share": "1"}
+#: Features with a neutral value: a leaf that departs from it (an expert-parallel grouped GEMM)
+#: misses a table that is not keyed on the feature, since the table's rows were all measured at
+#: the neutral value. ``moe_tp`` is not one: ``inter`` is already the per-device width, so a
+#: single-device row of that width runs the same GEMMs.
+NEUTRAL = {"moe_ep": 1}
 _FEATURES: Registry[Callable[[Leaf], Features]] = Registry("features for leaf kind")
 register = _FEATURES.register
 
@@ -63,12 +64,28 @@ def _attention(leaf: Leaf) -> Features:
 
 @register("grouped_matmul")
 def _grouped(leaf: Leaf) -> Features:
+    """Keyed as a measured MoE row is (:func:`perfcast.db.aiconfigurator._moe`): the device holds
+    ``E/moe_ep`` of the ``experts`` (E, global) at width ``inter`` (per device: the leaf's
+    weights are its slices) and computes ``tokens·top_k/moe_ep`` token-expert pairs, where
+    ``tokens`` is the MoE group's input every device routes over all experts.
+
+    The leaf's pairs are ``T·top_k·token_share`` for its ``T`` rows, so ``tokens`` =
+    ``T·token_share·moe_ep``: ``T`` when every device of the group holds the same tokens (share
+    1/ep); with attention data parallelism (share 1/tp, ``ep = tp·dp``) ``T·dp``, the tokens of
+    all data-parallel ranks — what TensorRT-LLM's MoE gets after gathering them, and what
+    aiconfigurator prices an attention-DP MoE at. ``token_share`` is thereby folded into
+    ``tokens`` rather than being a key of its own."""
     hidden, gate_up = leaf.inputs[:2]
     experts, d = int(leaf.attr("num_experts")), _int(hidden.shape[-1])
-    return {"tokens": _int(hidden.numel) // d, "hidden": d,
-            "inter": _int(gate_up.numel) // experts // d // 2, "experts": experts,
-            "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype,
-            "moe_ep": int(leaf.attr("expert_shards") or 1), "token_share": str(leaf.attr("token_share") or 1)}
+    ep = int(leaf.attr("expert_shards") or 1)
+    rows = _int(hidden.numel) // d
+    tokens = rows * sympy.sympify(leaf.attr("token_share") or 1) * ep
+    if not tokens.is_Integer:
+        raise ValueError(f"{rows} tokens x token share {leaf.attr('token_share')} x {ep} expert shards = "
+                         f"{tokens} is not a whole number of routed tokens")
+    return {"tokens": int(tokens), "hidden": d, "inter": _int(gate_up.numel) // experts // d // 2,
+            "experts": experts, "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype,
+            "moe_tp": int(leaf.attr("expert_tp") or 1), "moe_ep": ep}
 
 
 def _elementwise(leaf: Leaf) -> Features:
