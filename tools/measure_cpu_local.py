@@ -11,6 +11,9 @@ few timed repeats, with torch's own thread count, so the figures are what torch 
 - on-chip: last-level cache size from sysfs; its bandwidth from ``copy_`` of a 4 MiB tensor
   (read + write = 8 MiB, within the LLC);
 - capacity: MemTotal from /proc/meminfo;
+- clock: cpu0's maximum frequency from sysfs cpufreq, else the "cpu MHz" of /proc/cpuinfo (under
+  a hypervisor often the nominal clock, not the boost clock); resources: one unit each, since
+  every rate is measured over all threads;
 - kernel static latency: ``torch.add`` of two 1-element tensors (the per-op cost of eager torch).
 
 Usage: ``python tools/measure_cpu_local.py [--threads N] > src/perfcast/hardware/devices/cpu-local.yaml``
@@ -72,6 +75,19 @@ def ram_bytes() -> int:
     raise RuntimeError("no MemTotal in /proc/meminfo")
 
 
+def clock_hz() -> tuple[float, str]:
+    """(clock, where it was read)."""
+    cpufreq = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if cpufreq.exists():
+        return int(cpufreq.read_text()) * 1e3, f"{cpufreq} (maximum frequency of cpu0)"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            mhz = line.split(":")[1].strip()
+            return float(mhz) * 1e6, (f"/proc/cpuinfo 'cpu MHz: {mhz}' (no cpufreq in sysfs: the "
+                                      f"kernel-reported clock, not necessarily the boost clock)")
+    raise RuntimeError("no cpufreq in sysfs and no 'cpu MHz' in /proc/cpuinfo")
+
+
 def main() -> None:
     import argparse
 
@@ -93,6 +109,8 @@ def main() -> None:
         "static": (best_time(lambda: torch.add(a, a), inner=2000), "torch.add of two 1-element fp32 tensors, best of 7x2000 calls"),
     }
     ram, llc = ram_bytes(), llc_bytes()
+    clock, clock_where = clock_hz()
+    engine = f"whole-machine engine: the rate is measured over all {threads} torch threads, priced as one unit"
     cpu = platform.processor() or platform.machine()
     print(f"""name: cpu-local
 description: "This machine's CPU ({cpu}, {threads} torch threads), measured with torch"
@@ -107,6 +125,12 @@ datasheet:
   hbm_bandwidth_bytes_per_s: {values['mem_bw'][0]:.4e}
   onchip_capacity_bytes: {llc:.4e}
   onchip_bandwidth_bytes_per_s: {values['onchip_bw'][0]:.4e}
+  clock_hz: {clock:.4e}
+  resources:
+    matrix: 1
+    vector: 1
+    hbm: 1
+    onchip: 1
 sources:
   matrix_flops_per_s.fp32: "{stamp}: {values['matrix_fp32'][1]}"
   matrix_flops_per_s.bf16: "{stamp}: {values['matrix_bf16'][1]}"
@@ -115,6 +139,11 @@ sources:
   hbm_bandwidth_bytes_per_s: "{stamp}: {values['mem_bw'][1]}"
   onchip_capacity_bytes: "{stamp}: largest cache level of cpu0 in /sys/devices/system/cpu/cpu0/cache (last-level cache)"
   onchip_bandwidth_bytes_per_s: "{stamp}: {values['onchip_bw'][1]}"
+  clock_hz: "read on this machine from {clock_where}; the cycle of reservation tables, not a peak"
+  resources.matrix: "{engine}; on a CPU matrix and vector work share the cores' FMA pipes, which separate resources cannot express, so overlapping them is optimistic"
+  resources.vector: "{engine} (the same cores as matrix)"
+  resources.hbm: "{engine}: the measured DRAM copy bandwidth"
+  resources.onchip: "{engine}: the measured last-level-cache copy bandwidth"
 calibration:
   kernel_static_latency_s: {values['static'][0]:.4e}
   efficiency: {{}}

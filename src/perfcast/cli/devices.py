@@ -35,6 +35,8 @@ def _row(d: Device) -> dict:
         "hbm_bandwidth_bytes_per_s": s.hbm_bandwidth_bytes_per_s,
         "onchip_capacity_bytes": s.onchip_capacity_bytes,
         "onchip_bandwidth_bytes_per_s": s.onchip_bandwidth_bytes_per_s,
+        "clock_hz": s.clock_hz,
+        "resources": d.resources,
         "links": {k: v.model_dump() for k, v in s.links.items()},
         "calibrated": [u for u in ("matrix", "vector", "memory") if d.efficiency(u) is not None],
         "file": str(d.path),
@@ -50,14 +52,15 @@ def run(args) -> int:
         return 0
     t = Table(title="Devices")
     for col in ("name", "description", "bf16 matrix", "fp8 matrix", "HBM", "HBM bandwidth",
-                "links", "calibrated"):
+                "clock", "links", "calibrated"):
         t.add_column(col)
     for r in rows:
         m = r["matrix_flops_per_s"]
         links = ", ".join(f"{n} {v['count']}×{si(v['bandwidth_bytes_per_s'], 'B/s')}" for n, v in r["links"].items())
         t.add_row(r["name"], r["description"], si(m["bf16"], "FLOP/s") if "bf16" in m else "—",
                   si(m["fp8"], "FLOP/s") if "fp8" in m else "—", si(r["hbm_capacity_bytes"], "B"),
-                  si(r["hbm_bandwidth_bytes_per_s"], "B/s"), links, ", ".join(r["calibrated"]) or "none")
+                  si(r["hbm_bandwidth_bytes_per_s"], "B/s"), si(r["clock_hz"], "Hz"), links,
+                  ", ".join(r["calibrated"]) or "none")
     Console(width=max(160, Console().width)).print(t)
     return 0
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import sympy
 
-from perfcast.hardware.spec import Curve, DeviceSpec, SpecError, get_shipped, load_spec, shipped_files
+from perfcast.hardware.spec import (RESOURCES, Curve, DeviceSpec, SpecError, get_shipped, load_spec,
+                                    shipped_files)
+from perfcast.ir.errors import UserError
 
 
 def exact(value: float) -> sympy.Rational:
@@ -54,6 +56,32 @@ class Device:
     @property
     def onchip_bandwidth_bytes_per_s(self) -> sympy.Rational:
         return exact(self.spec.datasheet.onchip_bandwidth_bytes_per_s)
+
+    @property
+    def clock_hz(self) -> sympy.Rational:
+        """The clock the matrix peak is quoted at: one cycle of a reservation table lasts
+        ``1 / clock_hz`` seconds."""
+        return exact(self.spec.datasheet.clock_hz)
+
+    @property
+    def resources(self) -> dict[str, int]:
+        """Units of each resource (``matrix``, ``vector``, ``hbm``, ``onchip``, ``link``), in
+        that order; ``link`` is the number of link ports (by default the total link count) and is
+        absent on a device without links."""
+        r = self.spec.datasheet.resources
+        ports = r.link if r.link is not None else sum(x.count for x in self.spec.datasheet.links.values())
+        units = {"matrix": r.matrix, "vector": r.vector, "hbm": r.hbm, "onchip": r.onchip, "link": ports}
+        return {k: units[k] for k in RESOURCES if units[k] > 0}
+
+    def resource_units(self, resource: str) -> int:
+        """How many units of ``resource`` run at once; a leaf priced at the resource's full
+        datasheet rate occupies all of them."""
+        units = self.resources
+        if resource not in units:
+            lacks = " (its datasheet lists no links)" if resource == "link" else ""
+            raise UserError(f"device {self.name} has no resource {resource!r}{lacks}; "
+                            f"resources: {', '.join(units)}")
+        return units[resource]
 
     @property
     def kernel_static_latency_s(self) -> sympy.Rational:

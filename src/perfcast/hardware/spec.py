@@ -1,7 +1,8 @@
 """Device specifications as data: a strict schema for the YAML files in ``devices/``.
 
 Datasheet values and calibration (efficiency tables, per-kernel static latency) are kept
-apart: ``datasheet`` holds the vendor's numbers, each with an entry in ``sources``;
+apart: ``datasheet`` holds the vendor's numbers (and the clock and resource units that a
+cycle-level schedule reads), each with an entry in ``sources``;
 ``calibration`` holds figures derived from per-op measurements (or labelled assumptions), with
 sources of their own. The loader rejects a missing, unknown, mistyped or non-positive key with
 one line naming the file and the key.
@@ -21,6 +22,7 @@ from perfcast.ir.errors import UserError
 
 DType = Literal[DTYPES]  # type: ignore[valid-type]
 Positive = Annotated[float, Field(strict=True, gt=0)]
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 Efficiency = Annotated[float, Field(strict=True, gt=0, le=1)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 
@@ -35,8 +37,25 @@ class _Strict(BaseModel):
 
 class Link(_Strict):
     bandwidth_bytes_per_s: Positive  # per link, per direction
-    count: Annotated[int, Field(strict=True, gt=0)]
+    count: PositiveInt
     latency_s: Positive
+
+
+#: The resources of a device's reservation tables, in report order.
+RESOURCES = ("matrix", "vector", "hbm", "onchip", "link")
+
+
+class Resources(_Strict):
+    """How many units of each resource run at once. A leaf priced at a resource's datasheet rate
+    occupies all of its units: where that rate is the whole device's (the sum over all SMs, CUs
+    or cores), the resource is one unit. ``link`` counts link ports and defaults to the total
+    ``count`` over ``links``."""
+
+    matrix: PositiveInt
+    vector: PositiveInt
+    hbm: PositiveInt  # the HBM / DMA path
+    onchip: PositiveInt  # on-chip memory ports (shared memory, LDS, VMEM, L1)
+    link: PositiveInt | None = None
 
 
 class Datasheet(_Strict):
@@ -46,7 +65,17 @@ class Datasheet(_Strict):
     hbm_bandwidth_bytes_per_s: Positive
     onchip_capacity_bytes: Positive
     onchip_bandwidth_bytes_per_s: Positive
+    clock_hz: Positive  # the clock the matrix peak is quoted at; the cycle of reservation tables
+    resources: Resources
     links: dict[str, Link] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ports(self):
+        total = sum(link.count for link in self.links.values())
+        if self.resources.link is not None and self.resources.link > total:
+            raise ValueError(f"@resources.link: {self.resources.link} link ports but the links "
+                             f"count {total}")
+        return self
 
 
 class Curve(_Strict):
@@ -93,7 +122,7 @@ class DeviceSpec(_Strict):
 
     @model_validator(mode="after")
     def _sourced(self):
-        _check_sources(set(_leaf_paths(self.datasheet.model_dump())), self.sources)
+        _check_sources(set(_leaf_paths(self.datasheet.model_dump(exclude_none=True))), self.sources)
         return self
 
 
