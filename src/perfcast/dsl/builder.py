@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import sympy
 
 from perfcast.dsl import sharding as sh
-from perfcast.ir import Graph, Loop, Tensor, dims, make_leaf
+from perfcast.ir import Graph, Leaf, Loop, Tensor, dims, make_leaf
 from perfcast.ir.errors import UserError
 from perfcast.ir.rules import einsum_sizes, einsum_specs
 from perfcast.ir.tensor import as_expr
@@ -159,6 +159,19 @@ class Builder:
         self._scopes[-1].append(make_leaf(kind, name, [self._local(t, where) for t in inputs],
                                           (self._local(out, where),), **attrs))
         return out
+
+    def reserve(self, name: str, rrt) -> None:
+        """Give the leaf ``name`` (emitted in the current scope) its own resource reservation
+        table (:class:`perfcast.ir.RRT`, cycles may be design symbols): the slow roll-up then
+        schedules it with this table instead of one derived from its pricing."""
+        from dataclasses import replace
+
+        scope = self._scopes[-1]
+        for i, op in enumerate(scope):
+            if isinstance(op, Leaf) and op.name == name:
+                scope[i] = replace(op, rrt=rrt)
+                return
+        raise TraceError(f"trace {self.name}: no leaf named {name!r} in the current scope to reserve")
 
     # Memory -------------------------------------------------------------------------------
     def load_tile(self, name: str, src: Tensor, shape) -> Tensor:

@@ -52,12 +52,31 @@ class AnalyticPerformanceModel(PerformanceModel):
         return hw(name) if name in self.symbolic else value
 
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
+        if any(r.startswith(LINK_PREFIX) for r in op.cost):
+            return self.collective(op)
+        busy, notes = self._busy(op, kernel)
+        terms: dict[str, sympy.Expr] = {}
+        if "matrix" in busy or "vector" in busy:
+            terms["compute"] = busy.get("matrix", 0) + busy.get("vector", 0)
+        if "hbm" in busy:
+            terms["memory.hbm"] = busy["hbm"]
+        if "onchip" in busy:
+            terms["memory.onchip"] = busy["onchip"]
+        time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
+        return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
+
+    def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
+        """How long the leaf keeps each of the device's resources busy (``matrix``, ``vector``,
+        ``hbm``, ``onchip``, ``link:<axis>``): the terms of its roofline, before the max. Matrix
+        and vector work issue from the same cores, one after the other."""
+        if any(r.startswith(LINK_PREFIX) for r in op.cost):
+            return {f"link:{op.attr('axis')}": self.collective(op).time_s}
+        return self._busy(op, kernel)[0]
+
+    def _busy(self, op: Leaf, kernel: Cost | None) -> tuple[dict[str, sympy.Expr], list[str]]:
         c, d, notes = op.cost, self.device, []
         size = kernel if kernel is not None else c
-        if any(r.startswith(LINK_PREFIX) for r in c):
-            return self.collective(op)
-        terms: dict[str, sympy.Expr] = {}
-        compute = sympy.Integer(0)
+        busy: dict[str, sympy.Expr] = {}
         if FLOPS_MATRIX in c:
             if op.dtype in ("fp32", "fp64") and op.dtype not in d.spec.datasheet.matrix_flops_per_s:
                 # No matrix-unit rate for this type (e.g. fp32 without TF32, PyTorch's default
@@ -66,23 +85,20 @@ class AnalyticPerformanceModel(PerformanceModel):
                 rate = self._param("matrix_flops_per_s", d.vector_flops_per_s(op.dtype))
             else:
                 rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(op.dtype))
-            compute += c[FLOPS_MATRIX] / (rate * self.efficiencies["matrix"](size.get(FLOPS_MATRIX)))
+            busy["matrix"] = c[FLOPS_MATRIX] / (rate * self.efficiencies["matrix"](size.get(FLOPS_MATRIX)))
         if FLOPS_VECTOR in c:
             vdtype = d.vector_dtype(op.dtype)
             if vdtype != op.dtype:
                 notes.append(f"vector rate for {op.dtype} taken from {vdtype}")
             rate = self._param("vector_flops_per_s", d.vector_flops_per_s(op.dtype))
-            compute += c[FLOPS_VECTOR] / (rate * self.efficiencies["vector"](size.get(FLOPS_VECTOR)))
-        if compute != 0:
-            terms["compute"] = compute
+            busy["vector"] = c[FLOPS_VECTOR] / (rate * self.efficiencies["vector"](size.get(FLOPS_VECTOR)))
         if BYTES_HBM in c:
             bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s)
-            terms["memory.hbm"] = c[BYTES_HBM] / (bw * self.efficiencies["memory"](size.get(BYTES_HBM)))
+            busy["hbm"] = c[BYTES_HBM] / (bw * self.efficiencies["memory"](size.get(BYTES_HBM)))
         if BYTES_ONCHIP in c:
             bw = self._param("onchip_bandwidth_bytes_per_s", d.onchip_bandwidth_bytes_per_s)
-            terms["memory.onchip"] = c[BYTES_ONCHIP] / bw
-        time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
-        return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
+            busy["onchip"] = c[BYTES_ONCHIP] / bw
+        return busy, notes
 
     def collective(self, op: Leaf) -> Result:
         """A collective leaf on the mesh: the cheapest algorithm over the tiers its group spans."""
