@@ -22,6 +22,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py
 	$(VENV)/bin/python benchmarks/loo_accuracy.py
+	$(VENV)/bin/python benchmarks/slow_rollup.py
 	$(VENV)/bin/python benchmarks/nccl_accuracy.py
 
 validate: $(STAMP)

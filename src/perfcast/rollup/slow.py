@@ -96,6 +96,8 @@ class SlowRollup:
         self.capacity = dict(capacity) if capacity is not None else _capacities(device)
         self.trace_iterations = trace_iterations
         self._compiled: dict = {}
+        self._busy: dict = {}
+        self._kernels: dict = {}
 
     def run(self, op: Op, point: Mapping[str, float], launch_time_s: float = 0.0) -> SlowResult:
         self.point = {str(k): v for k, v in point.items()}
@@ -139,7 +141,10 @@ class SlowRollup:
         """The leaf's table at the point: its own, or one derived from the pricing."""
         if leaf.rrt is not None:
             return leaf.rrt.at(self.point)
-        busy = _resource_times(self.model, leaf, kernel)
+        key = (id(leaf), id(kernel))
+        busy = self._busy.get(key)
+        if busy is None:  # the expressions do not depend on the point: built once
+            busy = self._busy[key] = _resource_times(self.model, leaf, kernel)
         cyc = {r: self._cycles(t) for r, t in busy.items()}
         spans, compute = [], 0
         for r in ("matrix", "vector"):  # the same cores: matrix work, then vector work
@@ -163,7 +168,9 @@ class SlowRollup:
             if op.launch:
                 from perfcast.ir import cost as rolled
 
-                kernel, in_kernel = rolled(op), True
+                if id(op) not in self._kernels:
+                    self._kernels[id(op)] = (op, rolled(op))  # (keeps op alive: ids stay unique)
+                kernel, in_kernel = self._kernels[id(op)][1], True
             children = [self._unit(c, here, kernel, in_kernel) for c in op.ops]
             return self._graph(op.name, children, in_kernel)
         if isinstance(op, Loop):
@@ -217,6 +224,8 @@ class SlowRollup:
         serial_iter = sum(u.serial for u in body)
         if n == 0 or not body:
             return _Unit(loop.name, RRT(), 0, {}, frozenset(), frozenset())
+        if n == 1:  # one iteration: nothing to pipeline
+            return self._graph(loop.name, body, in_kernel)
         sched = modulo_schedule(ops, edges, self.capacity)
         modulo = sched.total(n)
         cycles = min(modulo, n * serial_iter)
