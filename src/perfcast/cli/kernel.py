@@ -16,7 +16,8 @@ from perfcast.ir import UserError, render
 from perfcast.kernels import get_kernel
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.report import kernel as report
-from perfcast.rollup import rollup
+from perfcast.rollup import OVERLAPS, overlap, rollup
+from perfcast.rollup.overlap import SUMMARY, parse
 
 
 def add_parser(sub) -> None:
@@ -40,9 +41,21 @@ def add_parser(sub) -> None:
                    help="price the kernel's collectives on this topology: its mesh axes are laid out "
                         "in declaration order, the first innermost (see `perfcast topologies`)")
     p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc KIND:SHAPE only)")
+    add_overlap_argument(p)
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
+
+
+def add_overlap_argument(p) -> None:
+    g = p.add_argument_group("overlap (rewrites of the fast roll-up's sum; see docs/design/rollup.md)")
+    g.add_argument("--overlap", action="append", default=[], metavar="NAME",
+                   help=f"apply an overlap transform: {', '.join(OVERLAPS)}, or all; repeatable "
+                        f"(applied in that order whatever the order given)")
+
+
+def overlap_notes(transforms) -> list[str]:
+    return [f"overlap {t}: {SUMMARY[t]}" for t in transforms]
 
 
 def _meshes(spec, args):
@@ -75,6 +88,7 @@ def _meshes(spec, args):
 
 
 def run(args) -> int:
+    transforms = parse(args.overlap)
     spec = get_kernel(args.name)
     device = resolve_device(args.device, args.device_file)
     graph = spec.padded_graph if args.padded else spec.graph
@@ -109,19 +123,31 @@ def run(args) -> int:
 
     model, r = priced(point)
     ev = r.evaluate(point)
-    evals = []
+    overlaps: dict = {}  # id(roll-up) → its overlap roll-up
+
+    def overlapped(rr, pt):
+        if id(rr) not in overlaps:
+            overlaps[id(rr)] = overlap(rr, transforms)
+        return overlaps[id(rr)].evaluate(pt)
+
+    evals, sweep_ov = [], []
     for combo in itertools.product(*(v for _, v in axes)) if axes else ():
         pt = {**point, **dict(zip([a for a, _ in axes], combo))}
-        evals.append(priced(pt)[1].evaluate(pt))
-    notes = _notes(model, r)
+        rr = priced(pt)[1]
+        evals.append(rr.evaluate(pt))
+        if transforms:
+            sweep_ov.append(overlapped(rr, pt))
+    oev = overlapped(r, point) if transforms else None
+    ov = overlaps.get(id(r))
+    notes = _notes(model, r, transforms)
     if args.json:
-        json.dump(report.to_json(spec.name, device, r, ev, evals, notes), sys.stdout, indent=2)
+        json.dump(report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     console = Console(width=max(120, Console().width))
     if args.tree:
         console.print(render(graph), markup=False, highlight=False)
-    report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes)
+    report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes, ov, oev, sweep_ov)
     return 0
 
 
@@ -135,7 +161,7 @@ def _hw_default(device, name: str, r) -> float:
     return float(getattr(device, name))
 
 
-def _notes(model, r) -> list[str]:
+def _notes(model, r, transforms=()) -> list[str]:
     notes = [f"{u} efficiency: no calibration curve for {model.device.name}; priced at datasheet peak"
              for u in model.uncalibrated()
              if any(("flops." + u if u != "memory" else "bytes.hbm") in lt.leaf.cost for lt in r.leaves)]
@@ -143,5 +169,9 @@ def _notes(model, r) -> list[str]:
         for n in lt.result.notes:
             if f"{lt.name}: {n}" not in notes:
                 notes.append(f"{lt.name}: {n}")
-    notes.append("fast roll-up: leaves are summed without overlap (no load/compute pipelining)")
-    return notes
+    if not transforms:
+        notes.append("fast roll-up: leaves are summed without overlap (no load/compute pipelining)")
+        return notes
+    notes.append(f"fast roll-up: leaves are summed except where the overlap transforms rewrite the sum "
+                 f"({', '.join(transforms)}); the leaf table keeps each leaf's own time")
+    return notes + overlap_notes(transforms)

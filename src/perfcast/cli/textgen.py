@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 
 from perfcast.cli.devices import resolve_device
+from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
 
 
@@ -72,6 +73,7 @@ def add_parser(sub) -> None:
     g.add_argument("--topology", metavar="NAME|FILE",
                    help="how the devices are wired (default: the device's shipped node, e.g. hgx-h200)")
     p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
+    add_overlap_argument(p)
     p.set_defaults(run=run)
 
     e = sub.add_parser("explain", help="closed-form FLOPs, bytes and time of a model step",
@@ -98,7 +100,9 @@ def run(args) -> int:
     from perfcast.capture.parallel import Layout
     from perfcast.inference.textgen import simulate
     from perfcast.report import textgen as report
+    from perfcast.rollup.overlap import parse
 
+    transforms = parse(args.overlap)
     req = _request(args, num_queries=args.num_queries, query_length=args.query_length,
                    context_length=args.context_length,
                    performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
@@ -108,6 +112,7 @@ def run(args) -> int:
                                  args.sequence_parallel, args.micro_batches),
                    num_devices=args.num_devices, topology=args.topology)
     result = simulate(req)
+    ov = report.overlaps(result, transforms) if transforms else None
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
@@ -125,10 +130,10 @@ def run(args) -> int:
             raise UserError(f"--export-empirical-metrics {args.export_empirical_metrics}: cannot write "
                             f"({e.strerror})") from None
     if args.json:
-        json.dump(report.to_json(result), sys.stdout, indent=2)
+        json.dump(report.to_json(result, ov), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        report.render(Console(width=max(120, Console().width)), result, top=args.top)
+        report.render(Console(width=max(120, Console().width)), result, top=args.top, ov=ov)
     return 0
 
 

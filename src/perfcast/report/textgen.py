@@ -12,6 +12,43 @@ from rich.table import Table
 
 from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Graph, Leaf, Loop
 from perfcast.report.format import percent, seconds, si
+from perfcast.report.kernel import hidden, print_overlap
+from perfcast.rollup import OverlapRollup
+from perfcast.rollup.overlap import SUMMARY
+
+#: The note the step carries when kernels are summed; with --overlap it says where they are not.
+_SERIAL_NOTE = "kernels run one after another: no overlap between them is assumed"
+
+
+def overlaps(result, transforms) -> dict:
+    """Per performance model: the overlap roll-up of one pass through the priced graph, its
+    account, and with pipeline stages each stage's time after overlap (the split into two
+    micro-batches is decided per stage)."""
+    out = {}
+    for name, r in result.rollups.items():
+        ov = OverlapRollup(r, transforms)
+        stages = ([OverlapRollup(r, transforms, root=st).evaluate({}).after_s for st in r.op.ops]
+                  if result.stage_times_s.get(name) else None)
+        out[name] = (ov, ov.evaluate({}), stages)
+    return out
+
+
+def step_time_s(result, name: str, ov: dict | None = None) -> float:
+    """The step's time (:meth:`Result.step_time_s`), with overlap if given: one pass, or the
+    pipeline's fill and drain over the stages' times after overlap (GPipe, §2.2)."""
+    if not ov:
+        return result.step_time_s(name)
+    _, oev, stages = ov[name]
+    if not stages:
+        return oev.after_s * result.request.micro_batches
+    return sum(stages) + (result.request.micro_batches - 1) * max(stages)
+
+
+def _tokens_per_s(result, name: str, ov: dict | None) -> float:
+    if not ov:
+        return result.tokens_per_s_per_device(name)
+    t = step_time_s(result, name, ov)
+    return result.request.tokens / t / result.request.devices if t else float("inf")
 
 
 def _op_name(leaf: Leaf) -> str:
@@ -104,20 +141,28 @@ def empirical_metrics(result) -> dict:
             for name in result.rollups if hasattr(result.rollups[name].model, "misses")}
 
 
-def to_json(result) -> dict:
+def to_json(result, ov: dict | None = None) -> dict:
+    """The step as JSON; with ``ov`` (from :func:`overlaps`) times are after overlap and an
+    ``overlap`` section accounts for it."""
     req = result.request
     models = {}
     for name, ev in result.evaluations.items():
-        models[name] = {"total_time_s": result.step_time_s(name),
-                        "stage_times_s": result.stage_times_s.get(name),
-                        "tokens_per_s_per_device": result.tokens_per_s_per_device(name),
+        models[name] = {"total_time_s": step_time_s(result, name, ov),
+                        "stage_times_s": ov[name][2] if ov and ov[name][2] else result.stage_times_s.get(name),
+                        "tokens_per_s_per_device": _tokens_per_s(result, name, ov),
                         "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
                         "kernel_launches": int(result.rollups[name].launches)}
     first = next(iter(models))
     low = result.lowered
-    return {
+    notes = list(result.notes)
+    if ov:
+        transforms = next(iter(ov.values()))[0].transforms
+        notes = [f"kernels run one after another except where --overlap rewrites the sum ({', '.join(transforms)}; "
+                 f"see the overlap table)" if n == _SERIAL_NOTE else n for n in notes]
+        notes += [f"overlap {t}: {SUMMARY[t]}" for t in transforms]
+    doc = {
         "model": req.model.name, "model_type": req.model.model_type, "device": req.device.name,
         "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
         "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
@@ -136,13 +181,17 @@ def to_json(result) -> dict:
         "free_ops": dict(low.free),
         "capture": result.capture_source,
         "timings_s": result.timings_s,
-        "notes": result.notes,
+        "notes": notes,
     }
+    if ov:
+        doc["overlap"] = {"transforms": list(transforms), "performance_models": {
+            name: {**oev.as_dict(), "stage_times_s": stages} for name, (_, oev, stages) in ov.items()}}
+    return doc
 
 
-def render(console: Console, result, top: int = 15) -> None:
+def render(console: Console, result, top: int = 15, ov: dict | None = None) -> None:
     req, mem = result.request, result.memory
-    doc = to_json(result)
+    doc = to_json(result, ov)
     seqs = f"{req.num_queries} sequence{'s' if req.num_queries != 1 else ''}"
     phase = (f"decode · {seqs} × 1 new token after {req.context_length:,} cached"
              if req.decode else
@@ -167,6 +216,11 @@ def render(console: Console, result, top: int = 15) -> None:
         for miss in m["missed_ops"][:5]:
             console.print(f"  [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
                           f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
+        if ov:
+            oev = ov[name][1]
+            console.print(f"  overlap: one pass {seconds(oev.before_s)} → {seconds(oev.after_s)}"
+                          + (" (two micro-batches)" if oev.micro_batches == 2 else "") + " · "
+                          + ", ".join(f"{s.name} −{hidden(s.hidden_s)}" for s in oev.steps))
     mt = Table(title="Memory per device" + (" (the fullest pipeline stage)" if req.layout.pp > 1 else ""),
                title_justify="left")
     for col in ("weights", "KV cache", "peak activations", "reserved", "free", "capacity"):
@@ -197,6 +251,8 @@ def render(console: Console, result, top: int = 15) -> None:
         ops.add_row("(kernel launch latency)", f"{count:,}", *(seconds(launches[n]) for n in names),
                     seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
     console.print(ops)
+    for name, (_, oev, _) in (ov or {}).items():
+        print_overlap(console, oev, f"Overlap ({name}, one pass)")
     if doc["unknown_ops"]:
         un = Table(title="Ops with no cost rule (NOT priced)", title_justify="left", style="red")
         for col in ("op", "count", "input shapes"):

@@ -3,8 +3,8 @@ summed, plus the per-kernel static latency once per launch — a closed-form Sym
 in the free design variables. Numbers enter once per design point (:meth:`FastRollup.evaluate`)
 or vectorised over whole grids (:meth:`FastRollup.lambdify`).
 
-Leaves are assumed not to overlap each other (the sum of per-leaf roofline times); overlap
-transforms rewrite this sum into ``Max``/``+`` forms and come with the slow roll-up.
+Leaves are assumed not to overlap each other (the sum of per-leaf roofline times); the overlap
+transforms of :mod:`perfcast.rollup.overlap` rewrite parts of this sum into ``Max``/``Min`` forms.
 """
 
 from __future__ import annotations
@@ -118,12 +118,17 @@ class FastRollup:
         raise KeyError(name)
 
     # One point ---------------------------------------------------------------------------
-    def evaluate(self, values: Mapping[str, object]) -> Evaluation:
-        """Exact substitution at one point (checked by the guard), then floats."""
+    def exact_point(self, values: Mapping[str, object]) -> dict[sympy.Symbol, sympy.Expr]:
+        """``{name: number}`` → ``{symbol: exact number}``, checked by the parameter guard."""
         by_name = {s.name: s for s in self.free_symbols}
         point = check_values(set(self.free_symbols),
                              {by_name.get(k, sympy.Symbol(k)): v for k, v in values.items()})
         check_point(self.trips, point)
+        return point
+
+    def evaluate(self, values: Mapping[str, object]) -> Evaluation:
+        """Exact substitution at one point (checked by the guard), then floats."""
+        point = self.exact_point(values)
 
         def num(e):
             return float(self.model.realize(sympy.sympify(e).xreplace(point)))
@@ -146,14 +151,15 @@ class FastRollup:
                           totals=totals, leaves=leaves, launch_time_s=launch)
 
     # Grids -------------------------------------------------------------------------------
-    def lambdify(self, names: Sequence[str] | None = None):
+    def lambdify(self, names: Sequence[str] | None = None, expr: sympy.Expr | None = None):
         """A NumPy function of the free symbols (in ``names`` order, default sorted) that
-        returns the total time; it checks the parameter guard on every call."""
+        returns the total time (or ``expr``, an expression in the same symbols); it checks the
+        parameter guard on every call."""
         symbols = [self.symbol(n) for n in names] if names is not None else self.free_symbols
         missing = set(self.free_symbols) - set(symbols)
         if missing:
             raise KeyError(f"lambdify needs every free symbol; missing {sorted(map(str, missing))}")
-        f = sympy.lambdify(symbols, self.time_s, modules=[self.model.numpy_functions(), "numpy"], cse=True)
+        f = sympy.lambdify(symbols, self.time_s if expr is None else expr, modules=[self.model.numpy_functions(), "numpy"], cse=True)
         trips = self.trips
 
         def time_s(*columns):
