@@ -98,3 +98,41 @@ def test_one_leaf_agrees_with_the_analytic_time():
     r = SlowRollup(model, H100).run(leaf, {})
     t = float(model.realize(model.process_op(leaf).time_s))
     assert r.cycles == pytest.approx(t * float(H100.clock_hz), abs=2)
+
+
+def test_we3_cli(cli):
+    import json
+
+    doc = json.loads(cli("kernel", "modulo-reference", "--rollup", "slow", "--set", "n=8", "--json",
+                         check=True).stdout)
+    assert doc["slow"]["ii"] == 4 and doc["slow"]["cycles"] == 35 and doc["rollup"] == "slow"
+    assert doc["slow"]["serial_cycles"] == 56 and doc["slow"]["resource_bound_cycles"] == 32
+    doc = json.loads(cli("kernel", "modulo-reference", "--rollup", "slow", "--set", "acc_latency=6", "--json",
+                         check=True).stdout)
+    assert doc["slow"]["ii"] == 6 and doc["slow"]["limiter"] == "recurrence acc→acc (distance 1)"
+
+
+def test_kernel_both_and_trace(cli, tmp_path):
+    import json
+
+    out = cli("kernel", "flash-attention", "--rollup", "both", check=True).stdout
+    assert "slow (modulo schedule)" in out and "set by resource hbm" in out
+    path = tmp_path / "fa.json"
+    cli("kernel", "flash-attention", "--rollup", "slow", "--chrome-trace", str(path), check=True)
+    events = json.loads(path.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert tracks == {"matrix", "vector", "hbm", "onchip"}
+    proc = cli("kernel", "flash-attention", "--chrome-trace", str(path))
+    assert proc.returncode == 2 and "add --rollup slow or both" in proc.stderr
+
+
+def test_text_generate_rollup_both(cli):
+    import json
+
+    doc = json.loads(cli("text-generate", "qwen3-8b", "--decode", "--context-length", "64", "--num-queries", "2",
+                         "--rollup", "both", "--json", check=True).stdout)
+    slow = doc["slow"]["analytic"]
+    assert slow["resource_bound_time_s"] <= slow["time_s"] <= slow["fast_time_s"] * (1 + 1e-3)
+    layers = slow["loops"][0]
+    # kernels on one stream: layer i + 1 follows layer i, so the layer loop stays serial
+    assert layers["ii"] >= max(layers["res_mii"], layers["rec_mii"]) and layers["cycles"] == layers["serial_cycles"]

@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
                         "in declaration order, the first innermost (see `perfcast topologies`)")
     p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc KIND:SHAPE only)")
     add_overlap_argument(p)
+    add_rollup_arguments(p)
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
@@ -52,6 +53,34 @@ def add_overlap_argument(p) -> None:
     g.add_argument("--overlap", action="append", default=[], metavar="NAME",
                    help=f"apply an overlap transform: {', '.join(OVERLAPS)}, or all; repeatable "
                         f"(applied in that order whatever the order given)")
+
+
+def add_rollup_arguments(p) -> None:
+    g = p.add_argument_group("roll-up (see docs/design/slow-rollup.md)")
+    g.add_argument("--rollup", choices=("fast", "slow", "both"), default="fast",
+                   help="fast: the closed-form sum (default); slow: a modulo schedule over the device's "
+                        "resources at the design point; both: side by side, with the gap per loop")
+    g.add_argument("--chrome-trace", metavar="FILE",
+                   help="write the slow roll-up's schedule (one track per resource) for Perfetto")
+
+
+def slow_rollup(model, device, graph, point, launch_time_s: float, args, title: str):
+    """The slow roll-up at ``point`` when asked for (``--rollup slow|both``), with its trace."""
+    if args.rollup == "fast":
+        return None
+    from perfcast.report import slow as slow_report
+    from perfcast.rollup.slow import SlowRollup
+
+    try:
+        result = SlowRollup(model, device).run(graph, point, launch_time_s)
+    except ValueError as e:
+        raise UserError(f"--rollup slow: {e}") from None
+    if getattr(args, "chrome_trace", None):
+        try:
+            slow_report.chrome_trace(result, args.chrome_trace, title)
+        except OSError as e:
+            raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
+    return result
 
 
 def overlap_notes(transforms) -> list[str]:
@@ -115,39 +144,64 @@ def run(args) -> int:
         sym, value = assignment(text, "--set")
         point[sym] = value
     axes = [sweep(text, "--sweep") for text in args.sweep]
-    known = {s.name for s in r.free_symbols}
+    if args.chrome_trace and args.rollup == "fast":
+        raise UserError("--chrome-trace writes the slow roll-up's schedule: add --rollup slow or both")
+    from perfcast.rollup.slow import table_symbols
+
+    known = {s.name for s in r.free_symbols} | table_symbols(graph)
     for sym in [*point, *(a for a, _ in axes)]:
         if sym not in known:
             raise UserError(f"unknown symbol {sym!r} for kernel {spec.name}; "
                             f"its symbols are {', '.join(sorted(known))}")
 
     model, r = priced(point)
-    ev = r.evaluate(point)
+    own = {x.name for x in r.free_symbols}
+
+    def fast_point(pt):  # symbols only a reservation table uses are the slow roll-up's
+        return {k: v for k, v in pt.items() if k in own}
+
+    ev = r.evaluate(fast_point(point))
     overlaps: dict = {}  # id(roll-up) → its overlap roll-up
 
     def overlapped(rr, pt):
         if id(rr) not in overlaps:
             overlaps[id(rr)] = overlap(rr, transforms)
-        return overlaps[id(rr)].evaluate(pt)
+        return overlaps[id(rr)].evaluate(fast_point(pt))
 
     evals, sweep_ov = [], []
     for combo in itertools.product(*(v for _, v in axes)) if axes else ():
         pt = {**point, **dict(zip([a for a, _ in axes], combo))}
         rr = priced(pt)[1]
-        evals.append(rr.evaluate(pt))
+        evals.append(rr.evaluate(fast_point(pt)))
         if transforms:
             sweep_ov.append(overlapped(rr, pt))
     oev = overlapped(r, point) if transforms else None
     ov = overlaps.get(id(r))
     notes = _notes(model, r, transforms)
+    slow = slow_rollup(model, device, graph, point, ev.launch_time_s, args, spec.name)
     if args.json:
-        json.dump(report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov), sys.stdout, indent=2)
+        doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
+        if slow is not None:
+            from perfcast.report.slow import comparison
+
+            doc["slow"] = comparison(slow, ev.time_s)
+            if args.rollup == "slow":
+                doc["rollup"] = "slow"
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     console = Console(width=max(120, Console().width))
     if args.tree:
         console.print(render(graph), markup=False, highlight=False)
-    report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes, ov, oev, sweep_ov)
+    if args.rollup != "slow":
+        report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes, ov, oev, sweep_ov)
+    if slow is not None:
+        from perfcast.report import slow as slow_report
+
+        if args.rollup == "slow":
+            console.print(f"[bold]{spec.name}[/] on [bold]{device.name}[/] at "
+                          + ", ".join(f"{k}={v:g}" for k, v in point.items()))
+        slow_report.render(console, slow, ev.time_s)
     return 0
 
 

@@ -55,7 +55,12 @@ def add_parser(sub) -> None:
                    help="fail (exit 2) when the model does not fit instead of reporting it")
     p.add_argument("--no-reroll", action="store_true",
                    help="capture every decoder layer instead of one per distinct structure")
-    p.add_argument("--chrome-trace", metavar="FILE", help="write a Perfetto/Chrome trace")
+    p.add_argument("--chrome-trace", metavar="FILE",
+                   help="write a Perfetto/Chrome trace (the kernels in order; with --rollup slow or "
+                        "both, the modulo schedule, one track per resource)")
+    p.add_argument("--rollup", choices=("fast", "slow", "both"), default="fast",
+                   help="fast: the closed-form sum (default); slow: a resource-aware schedule of the "
+                        "step (see docs/design/slow-rollup.md); both: side by side")
     g = p.add_argument_group("parallelism (devices = tp × dp × pp)")
     g.add_argument("--num-devices", type=int, help="devices in the deployment (checked against the sizes)")
     g.add_argument("--tp-size", type=int, default=1, help="tensor parallelism (heads, MLP, vocabulary split)")
@@ -117,9 +122,21 @@ def run(args) -> int:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
                         f"(short by {-result.memory.free_bytes:,})")
+    slow = {}
+    if args.rollup != "fast":
+        from perfcast.rollup.slow import SlowRollup
+
+        for name, r in result.rollups.items():
+            slow[name] = SlowRollup(r.model, req.device).run(result.lowered.graph, {},
+                                                              result.evaluations[name].launch_time_s)
     if args.chrome_trace:
         try:
-            report.chrome_trace(result, args.chrome_trace)
+            if slow:
+                from perfcast.report.slow import chrome_trace
+
+                chrome_trace(next(iter(slow.values())), args.chrome_trace, req.model.name)
+            else:
+                report.chrome_trace(result, args.chrome_trace)
         except OSError as e:
             raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
     if args.export_empirical_metrics:
@@ -130,10 +147,23 @@ def run(args) -> int:
             raise UserError(f"--export-empirical-metrics {args.export_empirical_metrics}: cannot write "
                             f"({e.strerror})") from None
     if args.json:
-        json.dump(report.to_json(result, ov), sys.stdout, indent=2)
+        doc = report.to_json(result, ov)
+        if slow:
+            from perfcast.report.slow import comparison
+
+            doc["slow"] = {n: comparison(x, result.step_time_s(n)) for n, x in slow.items()}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        report.render(Console(width=max(120, Console().width)), result, top=args.top, ov=ov)
+        console = Console(width=max(120, Console().width))
+        report.render(console, result, top=args.top, ov=ov)
+        if slow:
+            from perfcast.report.slow import render as render_slow
+
+            for n, x in slow.items():
+                console.print(f"[bold]slow roll-up ({n})[/]: kernels on one stream keep their order; "
+                              f"overlap inside a kernel only")
+                render_slow(console, x, result.step_time_s(n))
     return 0
 
 

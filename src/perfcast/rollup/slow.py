@@ -251,6 +251,21 @@ class SlowRollup:
         return _Unit(name, _occupancy(usage, length, self.capacity), serial_iter * n, usage, ins, outs, events)
 
 
+def table_symbols(op: Op) -> set[str]:
+    """Design symbols that appear only in leaves' own reservation tables (a latency in cycles)."""
+    from perfcast.ir import walk
+
+    out: set[str] = set()
+    for v in walk(op):
+        rrt = getattr(v.op, "rrt", None)
+        if rrt is not None:
+            for _, o, n, _ in rrt.spans:
+                out |= {s.name for x in (o, n) for s in sympy.sympify(x).free_symbols}
+            if rrt.latency is not None:
+                out |= {s.name for s in sympy.sympify(rrt.latency).free_symbols}
+    return out
+
+
 def _unique(units: list[_Unit]) -> list[_Unit]:
     seen: dict[str, int] = {}
     for u in units:
