@@ -187,6 +187,8 @@ def test_cli_parallel_flags_and_errors(cli, dense):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "attention heads" in proc.stderr
     proc = cli("text-generate", str(dense.path), "--tp-size", "2", "--device", "mi300x")
     assert proc.returncode == 2 and "pass --topology" in proc.stderr
+    proc = cli("text-generate", str(dense.path), "--tp-size", "2", "--topology", "switch:8")
+    assert proc.returncode == 2 and "takes a shipped topology" in proc.stderr
 
 
 def test_multi_node_data_parallel_axis_crosses_infiniband(moe):

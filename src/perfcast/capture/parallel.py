@@ -201,7 +201,7 @@ def _tokens_by_hidden(t: TensorMeta) -> tuple[sympy.Expr, sympy.Expr]:
 
 
 def _collective(kind: str, src: TensorMeta, out_shape, axis: str, group: int, uids: _Uids,
-                module: str, layer, rows=None, *, in_shape=None) -> OpRecord:
+                module: str, layer, *, in_shape=None) -> OpRecord:
     tokens, hidden = _tokens_by_hidden(src)
     in_t = TensorMeta(tuple(in_shape) if in_shape else (tokens, hidden), src.dtype, False,
                       src.uid if in_shape is None else uids())

@@ -99,6 +99,9 @@ class Request:
         if self.layout.trivial:
             return None
         if self.topology is not None:
+            if ":" in self.topology and not self.topology.endswith((".yaml", ".yml")):
+                raise UserError(f"--topology {self.topology}: text-generate takes a shipped topology (see "
+                                f"`perfcast topologies`) or a topology YAML file, which gives the links' bandwidth")
             topo = resolve_topology(self.topology)
         else:
             topo = default_topology(self.device.name)
