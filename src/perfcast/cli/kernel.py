@@ -103,8 +103,8 @@ def _meshes(spec, args):
     def mesh(point):
         sizes = []
         for axis, size in spec.mesh_axes:
-            value = sympy.sympify(size).subs({sympy.Symbol(k, **s.assumptions0): v for k, v in point.items()
-                                              for s in sympy.sympify(size).free_symbols if s.name == k})
+            expr = sympy.sympify(size)
+            value = expr.subs({s: point[s.name] for s in expr.free_symbols if s.name in point})
             if not value.is_Integer or value < 1:
                 raise UserError(f"mesh axis {axis} = {size} is not a positive integer at the design point ({value})")
             sizes.append((axis, int(value)))

@@ -102,15 +102,14 @@ class AnalyticPerformanceModel(PerformanceModel):
 
     def collective(self, op: Leaf) -> Result:
         """A collective leaf on the mesh: the cheapest algorithm over the tiers its group spans."""
-        axis, group = op.attr("axis"), sympy.sympify(op.attr("group_size"))
+        axis, group = op.attr("axis"), self._group(op)
         if group == 1:
             return Result(sympy.Integer(0), Provenance.ANALYTIC, {f"comm.{axis}": sympy.Integer(0)},
                           (f"{op.kind} over {axis}(1): a group of one moves nothing",))
         if self.mesh is None:
             raise UserError(f"{op.name}: a {op.kind} over mesh axis {axis!r} needs a topology to be "
                             f"priced (pass --topology)")
-        # a symbolic group (a DSL mesh axis of size EP) takes the mesh's size at the design point
-        group = int(group) if group.is_Integer else self.mesh.size(axis)
+        group = group or self.mesh.size(axis)
         options = span_costs(op.kind, collective_message(op.inputs, op.outputs), self.mesh.span(axis, group))
         if all(o.time_s.is_number for o in options):
             best = min(options, key=lambda o: float(o.time_s))
@@ -124,8 +123,14 @@ class AnalyticPerformanceModel(PerformanceModel):
         """The topology tiers a collective leaf's group spans (empty without a mesh)."""
         if self.mesh is None:
             return []
-        group, axis = sympy.sympify(op.attr("group_size")), op.attr("axis")
-        return [t.name for t, k in self.mesh.span(axis, int(group) if group.is_Integer else None) if k > 1]
+        return [t.name for t, k in self.mesh.span(op.attr("axis"), self._group(op)) if k > 1]
+
+    @staticmethod
+    def _group(op: Leaf) -> int | None:
+        """A collective leaf's group size, or None when it is symbolic (a DSL mesh axis of size
+        EP): the mesh's size of the axis at the design point then serves."""
+        group = sympy.sympify(op.attr("group_size"))
+        return int(group) if group.is_Integer else None
 
     def launch_overhead(self) -> Result:
         t = self._param("kernel_static_latency_s", self.device.kernel_static_latency_s)

@@ -126,6 +126,19 @@ def _longest(names, edges, a: str, b: str) -> int | None:
     return best.get(b)
 
 
+def _overloaded(intervals, capacity: int) -> bool:
+    """Do ``(start, end, units)`` intervals ever hold more than ``capacity`` units at once?"""
+    events = []
+    for a, b, u in intervals:
+        events += [(a, u), (b, -u)]
+    load = 0
+    for _, du in sorted(events):  # at equal times releases (negative) come first
+        load += du
+        if load > capacity:
+            return True
+    return False
+
+
 class _MRT:
     """Modulo reservation table: per resource, the units in use on the ring of II slots, kept as
     intervals (a span of n cycles at cycle t covers ⌊n/II⌋ whole turns plus a remainder), with
@@ -155,17 +168,8 @@ class _MRT:
         new: dict[str, list[tuple[int, int, int]]] = {}
         for r, a, b, u in self._pieces(rrt, t):
             new.setdefault(r, []).append((a, b, u))
-        for r, pieces in new.items():
-            cap = self.capacity.get(r, 1)
-            events = []
-            for a, b, u, *_ in (*self.held.get(r, ()), *pieces):
-                events += [(a, u), (b, -u)]
-            load = 0
-            for _, du in sorted(events, key=lambda e: (e[0], e[1])):
-                load += du
-                if load > cap:
-                    return False
-        return True
+        return not any(_overloaded([h[:3] for h in self.held.get(r, ())] + pieces, self.capacity.get(r, 1))
+                       for r, pieces in new.items())
 
     def conflicts(self, rrt: RRT, t: int) -> set[str]:
         out: set[str] = set()
@@ -249,7 +253,8 @@ def _iterative(ops, edges, capacity, ii: int, budget: int) -> dict[str, int] | N
         preds[e.dst].append(e)
         succs[e.src].append(e)
     height = _heights(ops, edges, ii)
-    order = sorted(ops, key=lambda n: (-height[n], list(ops).index(n)))
+    rank = {n: i for i, n in enumerate(ops)}  # ties keep the body's order
+    order = sorted(ops, key=lambda n: (-height[n], rank[n]))
     mrt = _MRT(ii, capacity)
     time: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -273,7 +278,7 @@ def _iterative(ops, edges, capacity, ii: int, budget: int) -> dict[str, int] | N
                 mrt.remove(e.dst)
                 time.pop(e.dst)
                 pending.append(e.dst)
-        pending.sort(key=lambda n: (-height[n], list(ops).index(n)))
+        pending.sort(key=lambda n: (-height[n], rank[n]))
     if pending:
         return None
     base = min(time.values())
@@ -297,15 +302,9 @@ def list_schedule(ops: Mapping[str, RRT], edges: Sequence[Edge], capacity: Mappi
             if not (n and u):
                 continue
             a, b = t + o, t + o + n
-            events = [(a, u), (b, -u)]
-            for x, y, v in held.get(r, ()):
-                if x < b and a < y:
-                    events += [(max(x, a), v), (min(y, b), -v)]
-            load = 0
-            for _, du in sorted(events, key=lambda e: (e[0], e[1])):
-                load += du
-                if load > capacity.get(r, 1):
-                    return False
+            overlapping = [(max(x, a), min(y, b), v) for x, y, v in held.get(r, ()) if x < b and a < y]
+            if _overloaded([(a, b, u), *overlapping], capacity.get(r, 1)):
+                return False
         return True
 
     start: dict[str, int] = {}

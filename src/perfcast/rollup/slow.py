@@ -232,11 +232,10 @@ class SlowRollup:
         self.loops.append(LoopReport(path, n, sched.ii, sched.res_mii, sched.rec_mii,
                                      sched.limiter if modulo <= n * serial_iter else "serial (no overlap gained)",
                                      sched.length, cycles, n * serial_iter))
-        unit = self._merge(loop.name, body, sched.start, sched.length, serial_iter, n, sched.ii)
-        unit.rrt = _occupancy(unit.usage, cycles, self.capacity)
-        return unit
+        return self._merge(loop.name, body, sched.start, cycles, serial_iter, n, sched.ii)
 
     def _merge(self, name, units, start, length, serial_iter, n, ii=0) -> _Unit:
+        """``units`` scheduled at ``start`` (``n`` times, ``ii`` apart) as one unit of ``length``."""
         usage: dict[str, int] = {}
         for u in units:
             for r, c in u.usage.items():
