@@ -87,6 +87,18 @@ class Lowered:
     unknown: Counter = field(default_factory=Counter)  # (op, shapes) → count
     free: Counter = field(default_factory=Counter)  # op → count
     quantize: str | None = None
+    dropped: Counter = field(default_factory=Counter)  # reason → ops an engine does not run per step
+
+
+def kind_of(rec: OpRecord) -> str | None:
+    """The leaf kind of a record, or None when it makes no leaf (a view, or an op with no rule)."""
+    packet = op_packet(rec.op)
+    return None if packet in FREE else _TABLE.get(packet)
+
+
+#: A plan groups one segment's records into engine kernels: ``(records, segment name, lowerer)
+#: -> [KernelGroup]`` (see :mod:`perfcast.capture.kernels`).
+Plan = Callable[[list, str, "_Lowerer"], list]
 
 
 @dataclass
@@ -97,8 +109,11 @@ class _Lowerer:
     kv_dtype: str | None = None
     fusion: bool = True
     point: dict = field(default_factory=dict)  # dim → value: lower a symbolic capture at a point
+    plan: Plan | None = None
+    engine: str | None = None
     unknown: Counter = field(default_factory=Counter)
     free: Counter = field(default_factory=Counter)
+    dropped: Counter = field(default_factory=Counter)
 
     def __post_init__(self):
         records = self.capture.records
@@ -115,6 +130,12 @@ class _Lowerer:
     def _key(self, t: TensorMeta) -> int:
         return self.root.get(t.uid, t.uid)
 
+    key = _key
+
+    def nbytes(self, t: TensorMeta) -> sympy.Expr:
+        """Bytes of the data ``t`` stores (broadcast dims once), at the lowering's point."""
+        return self.tensor("t", t, stored=True).nbytes
+
     def expr(self, e) -> sympy.Expr:
         return self.capture.at(e, self.point)
 
@@ -122,41 +143,53 @@ class _Lowerer:
         shape = t.stored_shape if stored else t.shape
         return Tensor(name, tuple(self.expr(d) for d in shape), dtype or t.dtype)
 
-    def leaf(self, rec: OpRecord, index: int) -> Leaf | None:
+    def leaf(self, rec: OpRecord, index: int, extra: dict | None = None, count: bool = True) -> Leaf | None:
+        """The record's leaf (``extra``: attributes an engine plan adds, e.g. its kernel name);
+        None for a view (counted as free) or an op with no rule (counted as unknown)."""
         packet = op_packet(rec.op)
         if packet in FREE:
-            self.free[packet] += 1
+            if count:
+                self.free[packet] += 1
             return None
         kind = _TABLE.get(packet)
         if kind is None:
-            shapes = ", ".join("x".join(str(d) for d in t.shape) for t in rec.inputs)
-            self.unknown[(rec.op, shapes)] += 1
+            if count:
+                shapes = ", ".join("x".join(str(d) for d in t.shape) for t in rec.inputs)
+                self.unknown[(rec.op, shapes)] += 1
             return None
         name = f"{rec.module or 'model'}/{packet}#{index}"
         attrs: dict[str, object] = {"op": rec.op, "module": rec.module}
+        metas = list(rec.inputs)
+        if packet == "addmm":  # addmm(bias, x, W): the activation first, the weight last, as mm's
+            metas = [metas[1], metas[0], *metas[2:]]
         # An input read through an expanded (stride-0) view costs its stored data only.
-        inputs = [self.tensor(f"{name}:in{i}", t, stored=True) for i, t in enumerate(rec.inputs)]
+        inputs = [self.tensor(f"{name}:in{i}", t, stored=True) for i, t in enumerate(metas)]
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
-            self._quantize(rec, inputs, attrs)
+            self.quantize_inputs(metas, inputs, attrs, rec.module)
         if kind == "attention" and self.kv_dtype:
             for i in (1, 2):  # the KV cache is stored (and read) in its own dtype
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, self.kv_dtype)
         _ATTRS.get(kind, lambda r, a, s: None)(rec, attrs, self)
+        attrs.update(extra or {})
         return make_leaf(kind, name, inputs, outputs, **attrs)
 
-    def _quantize(self, rec: OpRecord, inputs: list[Tensor], attrs: dict) -> None:
-        if self.quantize is None or rec.module == "lm_head":
+    def quantize_inputs(self, metas: list[TensorMeta], inputs: list[Tensor], attrs: dict, module: str) -> None:
+        """Quantized linears: weights (parameters of rank ≥ 2; biases stay) in the weight dtype,
+        the activation (the first operand) in the activation dtype when the scheme has one."""
+        if self.quantize is None or module == "lm_head":
             return
         weight, act = QUANTIZATION[self.quantize]
-        for i, t in enumerate(rec.inputs):
-            if t.is_param:
+        for i, t in enumerate(metas):
+            if t.is_param and len(t.shape) >= 2:
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, weight)
             elif act is not None and i == 0:
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, act)
         attrs["compute_dtype"] = act or self.model_dtype
 
     def graph(self, records: list[OpRecord], name: str) -> Graph:
+        if self.plan is not None:
+            return self.planned(records, name)
         ops: list[Leaf] = []
         run: list[tuple[OpRecord, Leaf]] = []
         for i, r in enumerate(records):
@@ -172,12 +205,31 @@ class _Lowerer:
         ops.extend(self.fuse(run))
         return Graph(name, tuple(ops))
 
-    def fuse(self, run: list[tuple[OpRecord, Leaf]]) -> list[Leaf]:
+    def planned(self, records: list[OpRecord], name: str) -> Graph:
+        """The segment as the plan's kernels, in the plan's order."""
+        from perfcast.capture.kernels import build
+
+        for r in records:  # views and ops with no rule, counted once (a plan skips them)
+            if kind_of(r) is None:
+                self.leaf(r, 0)
+        ops = []
+        for g in self.plan(records, name, self):
+            if g.how == "drop":
+                self.dropped[g.reason] += len(g.records)
+                continue
+            leaf = build(self, g, self.position[id(g.records[0] if g.records else g.main)])
+            if leaf is not None:
+                ops.append(leaf)
+        return Graph(name, tuple(ops))
+
+    def fuse(self, run: list[tuple[OpRecord, Leaf]], attrs: dict | None = None, outputs=None,
+             extra_inputs=(), extra_outputs=(), internal=()):
         """One kernel for a run of memory-bound ops: it reads what the run consumes from outside
-        and writes what is read after it; intermediates never reach HBM."""
-        if len(run) < 2:
+        and writes what is read after it (or ``outputs``); intermediates never reach HBM. With
+        ``attrs`` (an engine plan's group) the result is one leaf, else a list."""
+        if len(run) < 2 and attrs is None:
             return [leaf for _, leaf in run]
-        produced = {self._key(o) for r, _ in run for o in r.outputs}
+        produced = {self._key(o) for r, _ in run for o in r.outputs} | {self._key(t) for t in internal}
         end = self.position[id(run[-1][0])]
         ins: dict[int, TensorMeta] = {}
         for r, _ in run:
@@ -185,17 +237,24 @@ class _Lowerer:
                 k = self._key(t)
                 if k not in produced:
                     ins.setdefault(k, t)
-        outs = [k for k in dict.fromkeys(self._key(o) for r, _ in run for o in r.outputs)
-                if self.last_read.get(k, -1) > end]
+        for t in extra_inputs:
+            ins.setdefault(self._key(t), t)
+        if outputs is not None:
+            outs = list(dict.fromkeys(self._key(t) for t in outputs))
+        else:
+            outs = [k for k in dict.fromkeys(self._key(o) for r, _ in run for o in r.outputs)
+                    if self.last_read.get(k, -1) > end]
         first = run[0][1]
-        name = first.name.rsplit("/", 1)[0] + f"/fused#{first.name.rsplit('#', 1)[1]}"
+        name = first.name.rsplit("/", 1)[0] + f"/{(attrs or {}).get('kernel', 'fused')}#{first.name.rsplit('#', 1)[1]}"
         packets = list(dict.fromkeys(op_packet(r.op) for r, _ in run))
         flops = sum((leaf.cost.get(FLOPS_VECTOR) for _, leaf in run), sympy.Integer(0))
-        return [make_leaf("fused", name,
-                          [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(ins.values())],
-                          [self.tensor(f"{name}:out{i}", self.meta[k]) for i, k in enumerate(outs)],
-                          op="fused[" + "+".join(packets) + "]", module=run[0][0].module,
-                          flops=flops, members=tuple(leaf for _, leaf in run))]
+        leaf = make_leaf("fused", name,
+                         [self.tensor(f"{name}:in{i}", t) for i, t in enumerate(ins.values())],
+                         [self.tensor(f"{name}:out{i}", self.meta[k]) for i, k in enumerate(outs)]
+                         + [t.renamed(f"{name}:out{len(outs) + i}") for i, t in enumerate(extra_outputs)],
+                         **{"op": "fused[" + "+".join(packets) + "]", "module": run[0][0].module,
+                            "flops": flops, "members": tuple(leaf for _, leaf in run), **(attrs or {})})
+        return leaf if attrs is not None else [leaf]
 
 
 def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
@@ -243,12 +302,14 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
 
 def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
           kv_dtype: str | None = None, fusion: bool = True, point: dict | None = None,
-          name: str = "model") -> Lowered:
+          name: str = "model", plan: Plan | None = None, engine: str | None = None) -> Lowered:
     """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``. ``point``
-    (dim → value) evaluates a symbolic capture's sizes while lowering."""
+    (dim → value) evaluates a symbolic capture's sizes while lowering. ``plan`` (an engine
+    profile's, :func:`perfcast.engines.plan_for`) groups each segment's records into the
+    engine's kernels instead of ``fusion``'s one rule."""
     if quantize is not None and quantize not in QUANTIZATION:
         raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
-    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}))
+    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}), plan, engine)
     by_layer: dict[int, list[OpRecord]] = {}
     head, tail = [], []
     for rec in capture.records:
@@ -262,4 +323,4 @@ def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "
         ops.append(Loop(f"layers[{g.representative}]×{g.count}", g.count, body, kind="map")
                    if g.count > 1 else body)
     ops.extend(lw.graph(tail, "epilogue").ops)
-    return Lowered(Graph(name, tuple(ops)), lw.unknown, lw.free, quantize)
+    return Lowered(Graph(name, tuple(ops)), lw.unknown, lw.free, quantize, lw.dropped)

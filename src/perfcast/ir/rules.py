@@ -217,7 +217,8 @@ def _attention(inputs, outputs, attrs) -> Cost:
     FLOPs: 2·B·H·P·(d_qk + d_v) matrix, 5·B·H·P vector (scale, max, subtract-exp, sum,
     rescale per score, as the DSL online-softmax kernel counts), P = attended pairs.
     HBM: q and the output once; each attended key/value once per sequence and KV head; the new
-    tokens' cache entries written once (the cache update is part of the step)."""
+    tokens' cache entries written once (the cache update is part of the step) — unless
+    ``cache_write`` is false: an engine that writes them in a kernel of its own charges them there."""
     q, k, v = inputs[:3]
     b, h, s, d_qk = q.shape
     d_v = v.shape[-1]
@@ -227,7 +228,8 @@ def _attention(inputs, outputs, attrs) -> Cost:
     return Cost({
         FLOPS_MATRIX: 2 * b * h * pairs * (d_qk + d_v),
         FLOPS_VECTOR: 5 * b * h * pairs,
-        BYTES_HBM: q.nbytes + _bytes(outputs) + read + b * s * cache_entry_bytes(inputs, attrs),
+        BYTES_HBM: q.nbytes + _bytes(outputs) + read
+        + (b * s * cache_entry_bytes(inputs, attrs) if attrs.get("cache_write", True) else 0),
     })
 
 
