@@ -1,7 +1,21 @@
 """The fast roll-up: every leaf's priced time times the trip counts of its enclosing loops,
-summed, plus the per-kernel static latency once per launch — a closed-form SymPy expression
-in the free design variables. Numbers enter once per design point (:meth:`FastRollup.evaluate`)
-or vectorised over whole grids (:meth:`FastRollup.lambdify`).
+summed, plus each kernel launch's cost — a closed-form SymPy expression in the free design
+variables. Numbers enter once per design point (:meth:`FastRollup.evaluate`) or vectorised over
+whole grids (:meth:`FastRollup.lambdify`).
+
+The launch cost follows the :class:`LaunchModel`:
+
+- ``cuda_graph`` (and ``compiled``, one XLA program per step): no host launch per kernel. Each
+  kernel pays the model's per-kernel static latency (``launch_overhead()``: the device's
+  ``kernel_static_latency_s``, itself the minimum latency of the measured GEMM tables, which were
+  timed as CUDA-graph replays of repeated kernels — ai-dynamo/aiconfigurator collector/helper.py
+  ``benchmark_with_power`` — so it already holds the in-graph gap between kernels). A measured
+  kernel pays nothing more: its measurement includes that gap; charging it again would count it
+  twice.
+- ``eager``: the host launches every kernel, and runs ahead of the GPU, so a kernel costs
+  ``Max(its GPU time, launches × host interval)`` — not their sum: a kernel longer than the host
+  interval hides the launches queued behind it (a leaf's ``launches`` attribute counts the kernels
+  one op launches). Each launch is one ``Max`` in the closed form.
 
 Leaves are assumed not to overlap each other (the sum of per-leaf roofline times); the overlap
 transforms of :mod:`perfcast.rollup.overlap` rewrite parts of this sum into ``Max``/``Min`` forms.
@@ -22,14 +36,32 @@ from perfcast.rollup.guard import check_grid, check_point, check_values
 
 
 @dataclass(frozen=True)
+class LaunchModel:
+    """How kernels reach the device: ``cuda_graph``, ``compiled`` or ``eager`` (see the module
+    docstring); ``host_interval_s`` is the host's time per kernel launch (eager only)."""
+
+    mode: str = "cuda_graph"
+    host_interval_s: sympy.Expr = sympy.Integer(0)
+
+    def __post_init__(self):
+        if self.mode not in ("cuda_graph", "compiled", "eager"):
+            raise ValueError(f"launch mode {self.mode!r}: expected cuda_graph, compiled or eager")
+        object.__setattr__(self, "host_interval_s", sympy.nsimplify(self.host_interval_s))
+
+
+@dataclass(frozen=True)
 class LeafTotal:
     """One leaf's share of the roll-up: ``trips`` = enclosing trip counts; ``cost`` and
-    ``time_s`` are rolled up (per-iteration figures times ``trips``)."""
+    ``time_s`` are rolled up (per-iteration figures times ``trips``). ``launch_s`` is the launch
+    cost of the kernel the leaf opens, per execution (0 for a leaf inside a kernel, or measured
+    under a CUDA graph); ``host_s`` the part of it the host's launches add (eager)."""
 
     path: tuple[str, ...]
     leaf: Leaf
     trips: sympy.Expr
     result: Result
+    launch_s: sympy.Expr = sympy.Integer(0)
+    host_s: sympy.Expr = sympy.Integer(0)
 
     @property
     def name(self) -> str:
@@ -53,6 +85,7 @@ class Evaluation:
     totals: dict[str, float]
     leaves: dict[str, dict[str, float | str]]
     launch_time_s: float
+    host_launch_s: float = 0.0  # the part of launch_time_s the host's eager launches add
 
     def _shares(self, column: str, launch_label: str) -> dict[str, float]:
         shares: dict[str, float] = {}
@@ -72,10 +105,13 @@ class Evaluation:
 
 
 class FastRollup:
-    def __init__(self, op: Op, model: PerformanceModel):
+    def __init__(self, op: Op, model: PerformanceModel, launch: LaunchModel | None = None):
         self.op = op
         self.model = model
-        rows, launches, kernel_cost = [], sympy.Integer(0), {}
+        self.launch_model = launch or LaunchModel()
+        self.launch: Result = model.launch_overhead()
+        static = self.launch.time_s
+        rows, launches, kernels, kernel_cost, units, unit_trips = [], sympy.Integer(0), sympy.Integer(0), {}, {}, {}
         for v in walk(op):
             if isinstance(v.op, Leaf):
                 if v.kernel is not None and id(v.kernel) not in kernel_cost:
@@ -83,13 +119,33 @@ class FastRollup:
                 size = kernel_cost[id(v.kernel)] if v.kernel is not None else None
                 result = model.process_op(v.op, kernel=size)
                 rows.append(LeafTotal(v.path, v.op, v.trips, result))
-                if v.is_launch and result.includes_launch:
-                    continue  # measured: the launch is inside the measurement
+                if v.kernel is not None:  # a tile of a traced kernel: the kernel is the unit
+                    units.setdefault(id(v.kernel), []).append(len(rows) - 1)
+                else:
+                    units[("leaf", len(rows) - 1)] = [len(rows) - 1]
             if v.is_launch:
-                launches += v.trips
+                n = sympy.sympify(v.op.attr("launches") or 1) if isinstance(v.op, Leaf) else sympy.Integer(1)
+                kernels += v.trips * n
+                if not isinstance(v.op, Leaf):
+                    unit_trips[id(v.op)] = v.trips
+        for key, idx in units.items():
+            first = rows[idx[0]]
+            measured = all(rows[i].result.includes_launch for i in idx)
+            own = sympy.Integer(0) if measured else static  # measured: the gap is inside the measurement
+            trips = unit_trips.get(key, first.trips)  # a traced kernel launches once per its own visit
+            if not measured:
+                launches += trips
+            host = sympy.Integer(0)
+            if self.launch_model.mode == "eager":
+                n = sympy.sympify(first.leaf.attr("launches") or 1) if len(idx) == 1 else sympy.Integer(1)
+                gpu = sympy.Add(*(rows[i].trips * rows[i].result.time_s for i in idx)) / trips + own
+                host = sympy.Max(0, n * self.launch_model.host_interval_s - gpu)
+            scale = trips / first.trips  # launch_s is per execution of the unit's first leaf
+            rows[idx[0]] = LeafTotal(first.path, first.leaf, first.trips, first.result, (own + host) * scale,
+                                     host * scale)
         self.leaves: list[LeafTotal] = rows
         self.launches: sympy.Expr = launches
-        self.launch: Result = model.launch_overhead()
+        self.kernels: sympy.Expr = kernels  # kernels the step runs (launches of multi-kernel ops counted)
         self.trips = trip_counts(op)
 
     @cached_property
@@ -98,7 +154,19 @@ class FastRollup:
 
     @cached_property
     def launch_time_s(self) -> sympy.Expr:
-        return self.launches * self.launch.time_s
+        return sympy.Add(*(r.trips * r.launch_s for r in self.leaves))
+
+    @cached_property
+    def host_launch_s(self) -> sympy.Expr:
+        """The part of the launch time the host's eager launches add (0 under a CUDA graph)."""
+        return sympy.Add(*(r.trips * r.host_s for r in self.leaves))
+
+    def launch_time_of(self, root: Op) -> sympy.Expr:
+        """The launch time of the kernels under ``root`` (a node of the rolled-up tree), for one
+        execution of ``root``."""
+        ids = {id(v.op): v.trips for v in walk(root) if isinstance(v.op, Leaf)}
+        base = next((v.trips for v in walk(self.op) if v.op is root), sympy.Integer(1))
+        return sympy.Add(*(r.trips / base * r.launch_s for r in self.leaves if id(r.leaf) in ids))
 
     @cached_property
     def time_s(self) -> sympy.Expr:
@@ -142,13 +210,15 @@ class FastRollup:
             row["bound"] = bound_of(limiter) if terms else "none"
             row["limiter"] = limiter  # the term itself: compute, memory.hbm, memory.onchip
             row["source"] = r.result.source.value
+            row["launch_s"] = num(r.trips * r.launch_s)  # the launch cost of the kernel it opens
             key = r.name if r.name not in leaves else "/".join(r.path)
             leaves[key] = row
         totals = {k: num(v) for k, v in self.cost.items()}
         launch = num(self.launch_time_s)
         return Evaluation(point={s.name: float(v) for s, v in point.items()},
                           time_s=sum(r["time_s"] for r in leaves.values()) + launch,
-                          totals=totals, leaves=leaves, launch_time_s=launch)
+                          totals=totals, leaves=leaves, launch_time_s=launch,
+                          host_launch_s=num(self.host_launch_s))
 
     # Grids -------------------------------------------------------------------------------
     def lambdify(self, names: Sequence[str] | None = None, expr: sympy.Expr | None = None):
@@ -171,5 +241,5 @@ class FastRollup:
         return time_s
 
 
-def rollup(op: Op, model: PerformanceModel) -> FastRollup:
-    return FastRollup(op, model)
+def rollup(op: Op, model: PerformanceModel, launch: LaunchModel | None = None) -> FastRollup:
+    return FastRollup(op, model, launch)

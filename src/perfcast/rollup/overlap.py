@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from perfcast.ir import Graph, Leaf, Op, UserError, walk
+from perfcast.ir import Graph, Op, UserError, walk
 from perfcast.rollup.fast import FastRollup
 from perfcast.rollup.overlap_account import OverlapEvaluation, account
 from perfcast.rollup.overlap_rules import ZERO, Ctx, Evaluator, Site, Timing, weight_bytes
@@ -109,7 +109,9 @@ class OverlapRollup:
         self._path = _path_to(base.op, self.root)
         outer = _kernel_of(base.op, self.root)
         ev = Evaluator(base, self.staging_bytes)
-        self.launch_time_s = self._launches(ev, outer) * base.launch.time_s
+        # the roll-up's launch cost of the subtree (with eager launches, each a Max of its kernel's
+        # GPU time and the host's launch time: see :mod:`perfcast.rollup.fast`)
+        self.launch_time_s = sympy.Integer(0) if outer is not None else base.launch_time_of(self.root)
 
         def total(rules, split) -> tuple[Timing, tuple[Site, ...]]:
             sites: list = []
@@ -143,15 +145,6 @@ class OverlapRollup:
         """A NumPy function of the free symbols returning the time with overlap (guarded)."""
         return self.base.lambdify(names, expr=self.time_s)
 
-    def _launches(self, ev: Evaluator, outer) -> sympy.Expr:
-        """Kernel launches in the subtree, counted as the fast roll-up counts them."""
-        n = sympy.Integer(0)
-        for v in walk(self.root, self._path[:-1], sympy.Integer(1), outer):
-            if isinstance(v.op, Leaf) and ev.price[(v.path, id(v.op))].result.includes_launch:
-                continue  # measured: the launch is inside the measurement
-            if v.is_launch:
-                n += v.trips
-        return n
 
 
 def _path_to(root: Op, node: Op) -> tuple[str, ...]:
