@@ -11,7 +11,7 @@ import perfcast
 ROOT = Path(perfcast.__file__).parent
 # A package may import only packages of a strictly lower rank (and itself).
 RANK = {"ir": 0, "dsl": 1, "hardware": 1, "models": 1, "data": 1, "perf": 2, "kernels": 2,
-        "capture": 2, "rollup": 3, "db": 3, "inference": 4, "report": 5, "profiler": 5, "cli": 6}
+        "capture": 2, "rollup": 3, "db": 3, "engines": 3, "inference": 4, "report": 5, "profiler": 5, "cli": 6}
 
 
 def _imports(path: Path):

@@ -112,6 +112,14 @@ class Calibration(_Strict):
         return self
 
 
+class DefaultEngine(_Strict):
+    """The serving engine a step on this device is priced as when none is asked for, and why
+    (an engine profile of :mod:`perfcast.engines`)."""
+
+    name: Text
+    reason: Text
+
+
 class DeviceSpec(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")]
     description: Text
@@ -119,6 +127,7 @@ class DeviceSpec(_Strict):
     datasheet: Datasheet
     sources: dict[str, Text]
     calibration: Calibration
+    default_engine: DefaultEngine | None = None
 
     @model_validator(mode="after")
     def _sourced(self):

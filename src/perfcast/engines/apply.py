@@ -1,0 +1,120 @@
+"""Choosing an engine for a device, and applying its profile to a captured step: the layer
+rotation some engines' fused norms need, the per-segment plan the lowering follows, and the
+launch mode the roll-up charges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from perfcast.capture.kernels import KernelGroup
+from perfcast.capture.lower import Plan, kind_of
+from perfcast.capture.types import Capture, OpRecord
+from perfcast.engines.plan import Context, segment_plan
+from perfcast.engines.roles import assign
+from perfcast.engines.spec import EngineProfile, NormRule, engine_names, get_engine, load_profile_file
+from perfcast.ir import UserError
+
+
+def compatible(profile: EngineProfile, device) -> bool:
+    return device.spec.vendor in profile.vendors
+
+
+def engines_for(device) -> list[str]:
+    return [n for n in engine_names() if compatible(get_engine(n), device)]
+
+
+def resolve(name: str | None, device) -> EngineProfile:
+    """The engine named ``name`` (an error if it cannot run on ``device``), or the device's
+    declared default engine."""
+    if name is None:
+        default = device.spec.default_engine
+        if default is None:
+            raise UserError(f"device {device.name} declares no default_engine; pass --engine "
+                            f"(one of {', '.join(engines_for(device))})")
+        name = default.name
+    profile = load_profile_file(name) if name.endswith((".yaml", ".yml")) else get_engine(name)
+    if not compatible(profile, device):
+        raise UserError(f"--engine {name}: runs on {', '.join(profile.vendors)} devices; {device.name} is "
+                        f"{device.spec.vendor} (engines for it: {', '.join(engines_for(device)) or 'none'})")
+    return profile
+
+
+def rotates(profile: EngineProfile, phase: str) -> bool:
+    return any(isinstance(r, NormRule) and r.across_layers and (not r.phases or phase in r.phases)
+               for r in profile.rules)
+
+
+def _leading_norm(block: list[OpRecord]) -> int:
+    """How many records open the layer with its input norm (views inside it included); 0 if the
+    layer does not start with a norm."""
+    roles = assign(block, kind_of)
+    module, end = None, 0
+    for i, (r, role) in enumerate(zip(block, roles)):
+        if role is None:
+            continue
+        if role != "norm" or (module is not None and r.module != module):
+            break
+        module, end = r.module, i + 1
+    return end
+
+
+def rotate(cap: Capture) -> tuple[Capture, frozenset]:
+    """The step with every decoder layer rotated to end with the *next* layer's input norm, as
+    engines that fuse a layer's closing residual add into that norm run it (TensorRT-LLM's
+    ``next_layer_layernorm``, vLLM's and SGLang's ``input_layernorm(hidden, residual)``): the
+    first layer's input norm moves into the prologue, each layer body becomes ``rest…, norm``,
+    and the final norm is the last layer's rotated one. Costs are exact because every layer's
+    input norm and the final norm normalise the same hidden size (checked; otherwise the step
+    is returned unrotated). Returns (capture, ids of the moved norm records — they stand for the
+    next layer's norm, which reads the residual add before them; empty when not rotated)."""
+    none: frozenset = frozenset()
+    records = cap.records
+    layered = [i for i, r in enumerate(records) if r.layer is not None]
+    if not layered:
+        return cap, none
+    head, tail = records[: layered[0]], records[layered[-1] + 1:]
+    blocks: list[list[OpRecord]] = []
+    for r in records[layered[0]: layered[-1] + 1]:
+        if r.layer is None:
+            return cap, none  # something between layers (not a plain decoder stack)
+        if not blocks or blocks[-1][0].layer != r.layer:
+            blocks.append([])
+        blocks[-1].append(r)
+    cuts = [_leading_norm(b) for b in blocks]
+    tail_roles = assign(tail, kind_of)
+    final = [i for i, (r, role) in enumerate(zip(tail, tail_roles)) if role == "norm" and r.module == "model.norm"]
+    if not all(cuts) or not final:
+        return cap, none
+    shape = blocks[0][0].inputs[0].shape
+    if tail[final[0]].inputs[0].shape != shape or any(b[0].inputs[0].shape != shape for b in blocks):
+        return cap, none
+    drop = set(range(final[0], final[-1] + 1))
+    out = list(head) + [replace(r, layer=None) for r in blocks[0][: cuts[0]]]
+    for b, k in zip(blocks, cuts):
+        out += b[k:] + b[:k]
+    out += [r for i, r in enumerate(tail) if i not in drop]
+    return replace(cap, records=out), frozenset(id(r) for b, k in zip(blocks, cuts) for r in b[:k])
+
+
+@dataclass(frozen=True)
+class Applied:
+    """An engine applied to one step: the (possibly rotated) capture and the lowering's plan."""
+
+    profile: EngineProfile
+    capture: Capture
+    plan: Plan
+    rotated: bool
+
+
+def apply(profile: EngineProfile, cap: Capture, *, decode: bool, device: str, hidden_size: int) -> Applied:
+    phase = "decode" if decode else "prefill"
+    moved: frozenset = frozenset()
+    if rotates(profile, phase):
+        cap, moved = rotate(cap)
+    ctx = Context(phase, device, hidden_size, moved)
+
+    def plan(records: list[OpRecord], segment: str, lw) -> list[KernelGroup]:
+        return segment_plan(profile, ctx, records, lw)
+
+    return Applied(profile, cap, plan, bool(moved))

@@ -1,0 +1,38 @@
+"""The launch mode of a step under an engine profile: CUDA-graph replay up to the engine's
+largest captured graph, eager launches (with the host's per-launch time) otherwise, or one
+compiled program (XLA). The roll-up prices it (:class:`perfcast.rollup.LaunchModel`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from perfcast.engines.spec import EngineProfile
+from perfcast.hardware.device import exact
+
+
+@dataclass(frozen=True)
+class Launch:
+    mode: str  # cuda_graph | eager | compiled
+    host_interval_s: sympy.Expr
+    description: str  # one line for the report
+    host_source: str = ""
+
+
+def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> Launch:
+    """``tokens``: the step's tokens on one device (a decode step: its sequences)."""
+    phase = "decode" if decode else "prefill"
+    mode = getattr(profile.launch, phase)
+    limit = mode.capture_limit(device.name)
+    zero = sympy.Integer(0)
+    if mode.mode == "cuda_graph" and (limit is None or tokens <= limit):
+        return Launch("cuda_graph", zero, f"{phase}: CUDA-graph replay, no host launch per kernel"
+                      + (f" (graphs captured up to {limit} tokens)" if limit else ""))
+    if mode.mode == "compiled":
+        return Launch("compiled", zero, f"{phase}: one compiled program per step, no host launch per kernel")
+    host = profile.launch.host_launch_interval_s[device.spec.vendor]
+    why = f" ({tokens} tokens > the largest captured graph, {limit})" if mode.mode == "cuda_graph" else ""
+    value = exact(host.value_s)
+    return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
+                  f"launches × {float(value) * 1e6:g} µs host launch interval)", host.source)

@@ -1,0 +1,269 @@
+"""Engine profiles as data: a strict schema for the YAML files in ``profiles/``.
+
+A profile names the serving engine and the version it represents (``framework``, ``version``),
+the profiling database it goes with, the devices it runs on (by vendor), its launch mode per
+phase, and the rewrite rules that turn a captured Hugging Face step into the kernels the engine
+launches (applied in order by :mod:`perfcast.engines.plan`). Every rule, launch mode and host
+figure carries ``sources:`` — engine code paths with the commit read, or documentation. The
+loader rejects a missing, unknown or mistyped key with one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
+
+Text = Annotated[str, Field(strict=True, min_length=1)]
+Sources = Annotated[list[Text], Field(min_length=1)]
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+Phase = Literal["prefill", "decode"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class When(_Strict):
+    """Conditions on the model and the step under which a rule applies (all must hold)."""
+
+    hidden_size_gt: PositiveInt | None = None
+    tokens_le: PositiveInt | None = None
+    tokens_gt: PositiveInt | None = None
+
+
+class _Rule(_Strict):
+    phases: list[Phase] = Field(default_factory=list)  # empty: both phases
+    devices: list[Text] = Field(default_factory=list)  # device names; empty: every device
+    attention: Literal["mla", "mha"] | None = None  # only segments whose attention is (not) MLA
+    sources: Sources
+
+
+class DropRule(_Rule):
+    """Ops the engine does not run per step (e.g. the rotary table, precomputed at load)."""
+
+    rule: Literal["drop"]
+    roles: Annotated[list[Text], Field(min_length=1)]
+    why: Text
+
+
+class MergeGemmsRule(_Rule):
+    """Matmuls of one block reading the same activation become one GEMM, N summed."""
+
+    rule: Literal["merge_gemms"]
+    region: Literal["attention", "mlp"]
+    kernel: Text
+    kernel_by_modules: dict[Text, Text] = Field(default_factory=dict)
+
+
+class NormRule(_Rule):
+    """Each norm module's ops are one kernel; with ``with_residual``, an immediately preceding
+    residual add that feeds it joins it. ``across_layers`` rotates the layer so a layer's
+    closing residual add meets the next layer's input norm (the engines' ``next_layer_layernorm``)."""
+
+    rule: Literal["norm"]
+    roles: Annotated[list[Text], Field(min_length=1)] = Field(default_factory=lambda: ["norm"])
+    kernel: Text
+    with_residual: Text | None = None
+    prefix_roles: list[Text] = Field(default_factory=list)  # glue right before the residual add that joins too
+    across_layers: bool = False
+    kernel_class: Text = "norm"
+
+
+class FuseRule(_Rule):
+    """Each maximal run of consecutive ops whose roles are in ``roles`` is one kernel."""
+
+    rule: Literal["fuse"]
+    roles: Annotated[list[Text], Field(min_length=1)]
+    kernel: Text
+    kernel_class: Text = "elementwise"
+    require: list[Text] = Field(default_factory=list)  # roles the run must contain
+    across: list[Text] = Field(default_factory=list)  # ops the run may pass (moved before or after it)
+    writes_cache: bool = False  # the kernel also writes the next attention's new KV entries
+
+
+class AbsorbRule(_Rule):
+    """Runs of ``roles`` right before (``side: before``) or after the op with role ``into`` run
+    inside its kernel."""
+
+    rule: Literal["absorb"]
+    roles: Annotated[list[Text], Field(min_length=1)]
+    into: Text
+    side: Literal["before", "after"]
+    kernel: Text | None = None  # rename the absorbing kernel
+    cache_in_kernel: bool = False  # the absorbing attention kernel writes the new KV entries itself
+
+
+class NameRule(_Rule):
+    """Ops with these roles are kernels of their own under the engine's name; ``launches`` is the
+    number of kernels the engine launches for the op (a fused MoE op launches several)."""
+
+    rule: Literal["name"]
+    roles: Annotated[list[Text], Field(min_length=1)]
+    kernel: Text
+    kernel_class: Text | None = None
+    launches: PositiveInt = 1
+
+
+class AttentionKernels(_Strict):
+    prefill: Text
+    decode: Text
+    mla_prefill: Text | None = None
+    mla_decode: Text | None = None
+
+
+class CacheWrite(_Strict):
+    """Where the new tokens' KV entries are written: inside the attention kernel, in a kernel of
+    their own (``kernel``), or by the fused prologue kernel before attention."""
+
+    mode: Literal["in_kernel", "separate", "prologue"]
+    kernel: Text | None = None
+
+    @model_validator(mode="after")
+    def _named(self):
+        if self.mode == "separate" and not self.kernel:
+            raise ValueError("@kernel: a separate cache write needs a kernel name")
+        return self
+
+
+class AttentionRule(_Rule):
+    rule: Literal["attention"]
+    kernel: AttentionKernels
+    cache_write: dict[Phase, CacheWrite]
+    mla_cache_write: dict[Phase, CacheWrite] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _phases(self):
+        missing = {"prefill", "decode"} - set(self.cache_write)
+        if missing:
+            raise ValueError(f"@cache_write.{sorted(missing)[0]}: missing")
+        return self
+
+
+class Strategy(_Strict):
+    """One all-reduce implementation and when the engine picks it (first match wins)."""
+
+    kernel: Text
+    algorithm: Literal["oneshot", "twoshot", "nccl", "hccl", "ring"]
+    max_group: PositiveInt | None = None
+    max_bytes: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
+    fuses_epilogue: bool = False
+
+
+class Epilogue(_Strict):
+    """Ops after an all-reduce that its kernel runs too (residual add + RMSNorm)."""
+
+    roles: Annotated[list[Text], Field(min_length=1)]
+    kernel: Text
+    when: When = When()
+    max_bytes_by_group: dict[int, PositiveInt] = Field(default_factory=dict)
+
+
+class AllReduceRule(_Rule):
+    rule: Literal["allreduce"]
+    strategies: Annotated[list[Strategy], Field(min_length=1)]
+    epilogue: Epilogue | None = None
+
+
+Rule = Annotated[Union[DropRule, MergeGemmsRule, NormRule, FuseRule, AbsorbRule, NameRule,
+                       AttentionRule, AllReduceRule], Field(discriminator="rule")]
+
+
+class Leftover(_Strict):
+    """What happens to ops no rule claimed: memory-bound ones run one kernel per op (``per_op``)
+    or one kernel per maximal run between other kernels (``fuse_runs``); every other op is a
+    kernel of its own named by the op."""
+
+    memory: Literal["per_op", "fuse_runs"]
+    kernel: Text = "fused"
+    sources: Sources
+
+
+class LaunchMode(_Strict):
+    """``cuda_graph`` steps of more tokens than the largest captured graph (``max_tokens``, or
+    per device ``max_tokens_by_device``; a decode step has one token per sequence) run eagerly."""
+
+    mode: Literal["cuda_graph", "eager", "compiled"]
+    max_tokens: PositiveInt | None = None
+    max_tokens_by_device: dict[Text, PositiveInt] = Field(default_factory=dict)
+    sources: Sources
+
+    @model_validator(mode="after")
+    def _graph_only(self):
+        if (self.max_tokens is not None or self.max_tokens_by_device) and self.mode != "cuda_graph":
+            raise ValueError("@max_tokens: only a cuda_graph launch has a capture size")
+        return self
+
+    def capture_limit(self, device: str) -> int | None:
+        return self.max_tokens_by_device.get(device, self.max_tokens)
+
+
+class HostFigure(_Strict):
+    value_s: Annotated[float, Field(strict=True, ge=0)]
+    source: Text
+
+
+class Launch(_Strict):
+    prefill: LaunchMode
+    decode: LaunchMode
+    host_launch_interval_s: dict[Text, HostFigure] = Field(default_factory=dict)  # by vendor
+
+
+class Database(_Strict):
+    framework: Text
+    version: Text
+    source: Text
+
+
+class EngineProfile(_Strict):
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    description: Text
+    framework: Text
+    version: Text
+    vendors: Annotated[list[Text], Field(min_length=1)]
+    database: Database | None = None
+    launch: Launch
+    rules: list[Rule] = Field(default_factory=list)
+    leftover: Leftover
+
+    @model_validator(mode="after")
+    def _host_figures(self):
+        modes = [getattr(self.launch, p) for p in ("prefill", "decode")]
+        eager = any(m.mode == "eager" or m.max_tokens or m.max_tokens_by_device for m in modes)
+        missing = [v for v in self.vendors if v not in self.launch.host_launch_interval_s]
+        if eager and missing:
+            raise ValueError(f"@launch.host_launch_interval_s.{missing[0]}: missing (the profile launches "
+                             f"kernels eagerly on {missing[0]} devices)")
+        return self
+
+
+def profiles_dir() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("perfcast.engines") / "profiles"))
+
+
+def engine_names() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def load_profile_file(path: str | Path) -> EngineProfile:
+    path = Path(path)
+    return parse_spec(EngineProfile, path, read_yaml(path))
+
+
+def get_engine(name: str) -> EngineProfile:
+    """A shipped engine profile by name; an unknown name lists the known ones."""
+    path = profiles_dir() / f"{name}.yaml"
+    if not path.exists():
+        raise SpecError(f"unknown engine {name!r}; known: {', '.join(engine_names())}")
+    prof = load_profile_file(path)
+    if prof.name != name:
+        raise SpecError(f"{path}: key 'name' is {prof.name!r}, expected {name!r} (the file name)")
+    return prof
