@@ -6,6 +6,7 @@ import random
 import pytest
 import sympy
 
+from perfcast import engines
 from perfcast.capture import capture, hf_config, lower
 from perfcast.capture import Capture
 from perfcast.capture import OpRecord, TensorMeta
@@ -74,7 +75,10 @@ def test_symbolic_capture_matches_concrete_captures(tmp_path, data, decode):
     for _ in range(2):
         b, s, c = rng.randint(2, 9), rng.randint(2, 40), rng.randint(2, 60)
         concrete = capture(cfg, batch=b, new_tokens=1 if decode else s, past=c if decode else 0, decode=decode)
-        want = totals(lower(concrete).graph)
+        # lowered as symbolic_step lowers: under the request's engine (the device's default)
+        applied = engines.apply(req.profile(), concrete, decode=decode, device="h100-sxm",
+                                hidden_size=data["hidden_size"])
+        want = totals(lower(applied.capture, plan=applied.plan, engine=applied.profile.name).graph)
         point = {dim("B"): b, dim("S"): s, dim("C"): c}
         got = {k: sympy.sympify(v).subs(point) for k, v in sym.items()}
         assert got == want, (b, s, c)

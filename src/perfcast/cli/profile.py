@@ -4,6 +4,7 @@ write a profiling database (``--performance-model profiling --profiling-database
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,8 +26,10 @@ def add_parser(sub) -> None:
     p.add_argument("--decode", action="store_true", help="profile one decode step (default: prefill)")
     p.add_argument("--dtype", default="fp32", choices=("bf16", "fp16", "fp32"),
                    help="model dtype (default fp32: what runs well on a CPU)")
-    p.add_argument("--no-fusion", action="store_true",
-                   help="profile each captured op as its own kernel (as `text-generate --no-fusion` prices)")
+    p.add_argument("--engine", default="eager", metavar="NAME",
+                   help="profile the kernels this engine profile runs (default eager: one torch kernel per "
+                        "captured op, what this collector runs faithfully; see `perfcast engines`)")
+    p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--repeats", type=int, default=10, help="timed samples per kernel, at least (default 10)")
     p.add_argument("--torch-device", metavar="DEV", help="torch device (default: cuda if present, else cpu)")
     p.add_argument("--quiet", action="store_true", help="print only the database directory")
@@ -37,6 +40,8 @@ def run(args) -> int:
     from perfcast.models import load_model_config
     from perfcast.profiler import profile_model
 
+    if args.no_fusion:
+        raise UserError("--no-fusion is gone: one kernel per captured op is --engine eager (the default)")
     model = load_model_config(args.model)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -54,7 +59,7 @@ def run(args) -> int:
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     root = profile_model(model, out, args.device_name, num_queries=args.num_queries,
                          query_length=args.query_length, context_length=args.context_length,
-                         decode=args.decode, dtype=args.dtype, fusion=not args.no_fusion,
+                         decode=args.decode, dtype=args.dtype, engine=args.engine,
                          repeats=args.repeats, device=device, progress=progress)
     print(root)
     return 0

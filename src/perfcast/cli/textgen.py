@@ -3,6 +3,7 @@ explain`` (the same step captured once with symbolic sizes, as closed forms)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -25,8 +26,11 @@ def _common(p) -> None:
                    help="KV cache dtype (default: the model dtype)")
     p.add_argument("--no-cache", action="store_true",
                    help="capture afresh instead of reusing the cached symbolic capture")
-    p.add_argument("--no-fusion", action="store_true",
-                   help="one kernel per captured op (default: fuse memory-bound runs between GEMMs)")
+    p.add_argument("--engine", metavar="NAME",
+                   help="serving engine whose kernels and launches are priced: trtllm, vllm, sglang, "
+                        "vllm-ascend, xla or eager (PyTorch as Hugging Face runs it); default: the device's "
+                        "(see `perfcast engines`)")
+    p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -94,10 +98,13 @@ def _request(args, **extra):
     from perfcast.inference.textgen import Request
     from perfcast.models import load_model_config
 
+    if args.no_fusion:
+        raise UserError("--no-fusion is gone: one kernel per captured op, launched from the host, is "
+                        "--engine eager")
     return Request(model=load_model_config(args.model),
                    device=resolve_device(args.device, args.device_file),
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
-                   kv_dtype=args.kv_cache_dtype, fusion=not args.no_fusion,
+                   kv_dtype=args.kv_cache_dtype, engine=args.engine,
                    cache=not args.no_cache, **extra)
 
 
@@ -177,7 +184,9 @@ def run_explain(args) -> int:
         sys.stdout.write("\n")
         return 0
     console = Console(width=max(120, Console().width))
-    console.print(f"[bold]{doc['model']}[/] on [bold]{doc['device']}[/] · {doc['phase']} · symbols: "
+    eng = doc["engine"]
+    console.print(f"[bold]{doc['model']}[/] on [bold]{doc['device']}[/] · {eng['name']} ({eng['framework']} "
+                  f"{eng['version']}) · {doc['phase']} · symbols: "
                   + ", ".join(f"{k} = {v}" for k, v in doc["symbols"].items()))
     for k, v in doc["symbolic"].items():
         console.print(f"[bold]{k}[/] = {v}", overflow="fold", highlight=False)

@@ -4,19 +4,29 @@ the capture cache (:mod:`perfcast.capture.cache`), which captures it once per mo
 
 from __future__ import annotations
 
+from perfcast import engines
 from perfcast.capture import cache, lower
+from perfcast.engines.launch import launch_for
 from perfcast.perf import AnalyticPerformanceModel
-from perfcast.rollup import rollup
+from perfcast.rollup import LaunchModel, rollup
+
 
 def symbolic_step(req):
-    """(capture, lowered graph, fast roll-up) of the step with symbolic sizes."""
+    """(capture, lowered graph, fast roll-up) of the step with symbolic sizes, as the request's
+    engine runs it. The launch mode is the engine's for the request's own batch (a CUDA-graph
+    decode holds for batches up to the engine's largest captured graph)."""
     req.validate()
     cap, _ = cache.symbolic_capture(req.model, dtype=req.dtype, decode=req.decode,
                                     context=bool(req.decode or req.context_length),
                                     reroll=req.reroll, use_cache=req.cache)
-    low = lower(cap, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                fusion=req.fusion, name=req.model.name)
-    return cap, low, rollup(low.graph, AnalyticPerformanceModel(req.device))
+    profile = req.profile()
+    applied = engines.apply(profile, cap, decode=req.decode, device=req.device.name,
+                            hidden_size=int(req.model.data["hidden_size"]))
+    low = lower(applied.capture, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
+                name=req.model.name, plan=applied.plan, engine=profile.name)
+    launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
+    return cap, low, rollup(low.graph, AnalyticPerformanceModel(req.device),
+                            LaunchModel(launch.mode, launch.host_interval_s))
 
 
 def explain(req) -> dict:
@@ -30,6 +40,8 @@ def explain(req) -> dict:
              "(piecewise linear in the kernel's FLOPs/bytes)"]
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced")
+    profile = req.profile()
     return {"model": req.model.name, "device": req.device.name,
+            "engine": {"name": profile.name, "framework": profile.framework, "version": profile.version},
             "phase": "decode" if req.decode else "prefill", "symbols": symbols,
             "symbolic": symbolic, "notes": notes}

@@ -11,15 +11,17 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
+from perfcast import engines
 from perfcast.capture import QUANTIZATION, Capture, Lowered, cache, lower
 from perfcast.capture import parallel as par
+from perfcast.engines.launch import Launch, launch_for
 from perfcast.hardware import Device
 from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
 from perfcast.inference import memory
 from perfcast.ir import Graph, UserError, dim
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
-from perfcast.rollup import Evaluation, FastRollup, rollup
+from perfcast.rollup import Evaluation, FastRollup, LaunchModel, rollup
 
 PERFORMANCE_MODELS = ("analytic", "profiling")
 
@@ -38,7 +40,7 @@ class Request:
     performance_models: tuple[str, ...] = ("analytic",)
     profiling_database: str | None = None
     reroll: bool = True
-    fusion: bool = True
+    engine: str | None = None  # an engine profile (perfcast.engines); None: the device's default
     cache: bool = True
     memory_utilization: float = 0.9
     layout: par.Layout = par.Layout()
@@ -64,15 +66,25 @@ class Request:
             if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
         par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
+        self.profile()
         compute = (QUANTIZATION[self.quantize][1] if self.quantize else None) or self.dtype
         if compute not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {compute} matrix rate "
                             f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); "
                             f"choose another --dtype/--quantize")
 
+    def profile(self) -> engines.EngineProfile:
+        """The engine profile the step is priced as (the device's default when none is named)."""
+        return engines.resolve(self.engine, self.device)
+
     @property
     def new_tokens(self) -> int:
         return 1 if self.decode else self.query_length
+
+    @property
+    def device_tokens(self) -> int:
+        """Tokens one device's step processes (one micro-batch of its data-parallel rank)."""
+        return self.sequences_per_micro_batch * self.new_tokens
 
     @property
     def tokens(self) -> int:
@@ -130,6 +142,8 @@ class Result:
     notes: list[str] = field(default_factory=list)
     capture_source: str = "concrete capture"
     stage_times_s: dict[str, list[float]] = field(default_factory=dict)  # pipeline: per model, per stage
+    engine: engines.EngineProfile | None = None
+    launch: Launch | None = None
 
     def step_time_s(self, name: str) -> float:
         """The step's time: one pass of the priced graph, or with pipeline micro-batches the
@@ -145,13 +159,19 @@ class Result:
         return self.request.tokens / t / self.request.devices if t else float("inf")
 
 
-def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None):
+def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None,
+               engine: engines.EngineProfile | None = None):
+    """A performance model; the profiling one reads the database of the engine's framework and
+    version (a profile without one takes any database shipped for the device)."""
     if name == "analytic":
         return AnalyticPerformanceModel(device, mesh=mesh)
     if name == "profiling":
         from perfcast.perf.profiling import find_database, load_database
 
-        return EmpiricalPerformanceModel(device, load_database(find_database(device.name, database)), mesh=mesh)
+        db = engine.database if engine is not None else None
+        root = find_database(device.name, database, framework=db.framework if db else None,
+                             version=db.version if db else None)
+        return EmpiricalPerformanceModel(device, load_database(root), mesh=mesh)
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 
@@ -189,27 +209,34 @@ def simulate(req: Request) -> Result:
                    if not layout.trivial else req.model, num_queries=req.sequences_per_micro_batch)
     cap, at, how = step_capture(rank)
     cap = par.parallelize(cap, layout, req.model.data)
+    profile = req.profile()
+    applied = engines.apply(profile, cap, decode=req.decode, device=req.device.name,
+                            hidden_size=int(req.model.data["hidden_size"]))
     t1 = time.perf_counter()
     layers = int(req.model.data["num_hidden_layers"])
-    stages = par.stages(cap, layout.pp, layers)
-    lowered = [lower(c, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
-                     fusion=req.fusion, point=at, name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name)
+    stages = par.stages(applied.capture, layout.pp, layers)
+    lowered = [lower(c, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype, point=at,
+                     name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name,
+                     plan=applied.plan, engine=profile.name)
                for s, (c, _) in enumerate(stages)]
     low = lowered[0] if len(lowered) == 1 else _pipeline(lowered, req.model.name)
+    launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
+    launch_model = LaunchModel(launch.mode, launch.host_interval_s)
     rollups, evals, stage_times = {}, {}, {}
     for name in req.performance_models:
-        model = make_model(name, req.device, req.profiling_database, mesh)
-        r = rollup(low.graph, model)
+        model = make_model(name, req.device, req.profiling_database, mesh, profile)
+        r = rollup(low.graph, model, launch_model)
         rollups[name] = r
         evals[name] = r.evaluate({})
         if layout.pp > 1:
-            stage_times[name] = [rollup(lw.graph, model).evaluate({}).time_s for lw in lowered]
+            stage_times[name] = [rollup(lw.graph, model, launch_model).evaluate({}).time_s for lw in lowered]
     t2 = time.perf_counter()
     mem = max((_memory(req, c, lw, rng, s, layout, at) for s, ((c, rng), lw) in enumerate(zip(stages, lowered))),
               key=lambda m: m.used_bytes)
-    notes = _notes(req, low) + _parallel_notes(req, mesh) + _pricing_notes(rollups)
+    notes = _notes(req, low) + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) \
+        + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
-                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times)
+                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch)
 
 
 def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
@@ -217,7 +244,8 @@ def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
     graph = Graph(name, tuple(Graph(f"stage{s}", lw.graph.ops) for s, lw in enumerate(lowered)))
     unknown, free = sum((lw.unknown for lw in lowered), type(lowered[0].unknown)()), \
         sum((lw.free for lw in lowered), type(lowered[0].free)())
-    return Lowered(graph, unknown, free, lowered[0].quantize)
+    dropped = sum((lw.dropped for lw in lowered), type(lowered[0].dropped)())
+    return Lowered(graph, unknown, free, lowered[0].quantize, dropped)
 
 
 def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, layout: par.Layout,
@@ -298,7 +326,27 @@ def _notes(req: Request, low) -> list[str]:
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))
-    notes.append("runs of memory-bound ops between GEMMs are fused into one kernel each"
-                 if req.fusion else "each captured op is one kernel (--no-fusion)")
     notes.append("kernels run one after another: no overlap between them is assumed")
+    return notes
+
+
+def _engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[str]:
+    """What the engine profile did to the captured step, and how its kernels are launched."""
+    from perfcast.ir import leaves
+
+    notes = [f"engine {profile.name} ({profile.framework} {profile.version}): {profile.description}",
+             f"launch — {launch.description}"]
+    if launch.host_source:
+        notes.append(f"host launch interval: {launch.host_source}")
+    if rotated:
+        notes.append("each decoder layer ends with the next layer's input norm (fused with its residual add); "
+                     "the first layer's norm runs before the loop and the final norm is the last layer's")
+    for why, n in low.dropped.items():
+        notes.append(f"not run per step by {profile.name} ({n} captured ops): {why}")
+    left = [leaf for leaf in leaves(low.graph) if leaf.attr("rule") == "leftover" and leaf.kind not in
+            ("matmul", "attention", "grouped_matmul", "gather")]
+    if left and profile.leftover.memory == "per_op":
+        names = sorted({str(leaf.attr("kernel")) for leaf in left})
+        notes.append(f"{len(left)} memory-bound kernels match no fusion rule of {profile.name} and run one per op: "
+                     + ", ".join(names[:6]) + ("…" if len(names) > 6 else ""))
     return notes

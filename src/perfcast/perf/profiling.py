@@ -64,18 +64,22 @@ def shipped_root() -> Path:
     return Path(str(resources.files("perfcast") / "data" / "profiling"))
 
 
-def find_database(device: str, path: str | Path | None = None) -> Path:
+def find_database(device: str, path: str | Path | None = None, framework: str | None = None,
+                  version: str | None = None) -> Path:
     """The database directory for ``device``: ``path`` itself if it holds op_mapping.yaml, else
-    ``{path}/{device}/{framework}/{version}/`` (the newest by name when several), with the
-    shipped databases as the default ``path``."""
+    ``{path}/{device}/{framework}/{version}/`` — of the given framework and version (an engine
+    profile's) when named, else the newest by name — with the shipped databases as the default
+    ``path``."""
     root = Path(path) if path is not None else shipped_root()
     if (root / "op_mapping.yaml").exists():
         return root
-    found = sorted((root / device).glob("*/*/op_mapping.yaml")) if (root / device).is_dir() else []
+    pattern = f"{framework or '*'}/{version or '*'}/op_mapping.yaml"
+    found = sorted((root / device).glob(pattern)) if (root / device).is_dir() else []
     if not found:
         where = f"under {root}" if path is not None else "shipped with perfcast"
-        raise SpecError(f"no profiling database for {device} {where} (expected "
-                        f"{root}/{device}/<framework>/<version>/op_mapping.yaml); "
+        which = f" for {framework or 'any framework'} {version or ''}".rstrip() if framework or version else ""
+        raise SpecError(f"no profiling database for {device}{which} {where} (expected "
+                        f"{root}/{device}/{framework or '<framework>'}/{version or '<version>'}/op_mapping.yaml); "
                         f"pass --profiling-database DIR")
     return found[-1].parent
 

@@ -81,6 +81,67 @@ def op_table(result) -> list[dict]:
     return out
 
 
+def _fuses(leaf: Leaf) -> str:
+    """What an engine kernel covers of the captured step: the ops (or GEMMs) it merges."""
+    members = leaf.attr("members") or ()
+    if not members:
+        return _op_name(leaf)
+    if leaf.kind == "matmul":
+        return "+".join(str(m.attr("module")).rsplit(".", 1)[-1] for m in members) + " GEMMs"
+    ops = list(dict.fromkeys(str(m.attr("op") or m.kind).split(".")[1 if "." in str(m.attr("op") or "") else 0]
+                             for m in members))
+    head = f"{_op_name(leaf)} + " if leaf.attr("absorbed") else ""
+    return f"{head}{'+'.join(ops)} ({len(members)} ops)"
+
+
+def kernel_table(result) -> list[dict]:
+    """The engine's kernels: one row per kernel name within each part of the step (prologue, each
+    layer loop, epilogue), in order — what it fuses, its calls per step (loop trips and the kernels
+    a multi-kernel op launches counted), its time with its launch cost, per performance model."""
+    rows: dict[tuple, dict] = {}
+    names = list(result.rollups)
+    for name in names:
+        r, ev = result.rollups[name], result.evaluations[name]
+        seen_layer = False
+        for lt, row in zip(r.leaves, ev.leaves.values()):
+            loop = next((p for p in lt.path[1:] if "×" in p or p.startswith("layer")), None)
+            seen_layer = seen_layer or loop is not None
+            segment = loop or ("epilogue" if seen_layer else "prologue")
+            key = (segment, str(lt.leaf.attr("kernel") or _op_name(lt.leaf)))
+            e = rows.setdefault(key, {"segment": segment, "kernel": key[1],
+                                      "class": lt.leaf.attr("kernel_class") or lt.leaf.kind,
+                                      "fuses": _fuses(lt.leaf), "per_layer": 0, "calls": 0,
+                                      "time_s": defaultdict(float)})
+            e["time_s"][name] += row["time_s"] + row.get("launch_s", 0.0)
+            if name == names[0]:
+                n = int(lt.leaf.attr("launches") or 1)
+                e["calls"] += int(lt.trips) * n
+                e["per_layer"] += n if loop else 0
+    total = result.evaluations[names[0]].time_s
+    out = []
+    for e in rows.values():
+        e["time_s"] = dict(e["time_s"])
+        e["share"] = e["time_s"][names[0]] / total if total else 0.0
+        out.append(e)
+    return out
+
+
+def engine_section(result) -> dict:
+    eng, launch = result.engine, result.launch
+    table = kernel_table(result)
+    per_layer = defaultdict(int)
+    for row in table:
+        if "×" in row["segment"]:
+            per_layer[row["segment"]] += row["per_layer"]
+    db = eng.database
+    return {"name": eng.name, "framework": eng.framework, "version": eng.version, "description": eng.description,
+            "database": {"framework": db.framework, "version": db.version} if db else None,
+            "launch": {"mode": launch.mode, "description": launch.description,
+                       "host_launch_interval_s": float(launch.host_interval_s)},
+            "kernels_per_layer": dict(per_layer), "kernels_per_step": sum(row["calls"] for row in table),
+            "kernels": table}
+
+
 def flops_summary(result) -> dict:
     first = next(iter(result.rollups))
     mm = lm = attn = vec = 0.0
@@ -153,7 +214,8 @@ def to_json(result, ov: dict | None = None) -> dict:
                         "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
-                        "kernel_launches": int(result.rollups[name].launches)}
+                        "kernel_launches": int(result.rollups[name].launches),
+                        "launch_time_s": ev.launch_time_s, "host_launch_time_s": ev.host_launch_s}
     first = next(iter(models))
     low = result.lowered
     notes = list(result.notes)
@@ -167,6 +229,7 @@ def to_json(result, ov: dict | None = None) -> dict:
         "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
         "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
         "quantize": req.quantize, "kv_cache_dtype": req.kv_dtype or req.dtype,
+        "engine": engine_section(result),
         "parallel": {"num_devices": req.devices, "tp": req.layout.tp, "ep": req.layout.ep, "dp": req.layout.dp,
                      "pp": req.layout.pp, "attention_dp": req.layout.attention_dp,
                      "sequence_parallel": req.layout.sequence_parallel, "micro_batches": req.micro_batches,
@@ -199,16 +262,19 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
              + (f" after {req.context_length:,} cached" if req.context_length else ""))
     quant = f" · {req.quantize}" if req.quantize else ""
     where = f"{req.devices} × {req.device.name} ({req.layout.describe()})" if req.devices > 1 else req.device.name
-    console.print(f"[bold]{req.model.name}[/] on [bold]{where}[/] · {phase} · {req.dtype}{quant}")
+    eng = doc["engine"]
+    console.print(f"[bold]{req.model.name}[/] on [bold]{where}[/] · {phase} · {req.dtype}{quant} · engine "
+                  f"[bold]{eng['name']}[/] ({eng['framework']} {eng['version']}, {eng['launch']['mode']})")
     if not mem.fits:
         console.print(Panel(f"DOES NOT FIT: needs {si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')} "
                             f"(short by {si(-mem.free_bytes, 'B')}). The times below are NOT deployable.",
                             style="bold red"))
     for name, m in doc["performance_models"].items():
         stages = (" · stages " + " / ".join(seconds(t) for t in m["stage_times_s"])) if m["stage_times_s"] else ""
+        host = f" ({seconds(m['host_launch_time_s'])} of it host-bound)" if m["host_launch_time_s"] else ""
         console.print(f"{name}: step {seconds(m['total_time_s'])}{stages} · "
                       f"{m['tokens_per_s_per_device']:,.1f} tokens/s per device · "
-                      f"{m['kernel_launches']:,} modelled kernel launches")
+                      f"{eng['kernels_per_step']:,} kernels · launch cost {seconds(m['launch_time_s'])}{host}")
         console.print("  bound: " + ", ".join(f"{k} {percent(v)}" for k, v in
                                               sorted(m["bound_shares"].items(), key=lambda kv: -kv[1]))
                       + " · provenance by time: " + ", ".join(f"{k} {percent(v)}" for k, v in m["provenance_shares"].items())
@@ -247,10 +313,11 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
                     seconds(t / row["calls"]) if row["calls"] else "", row["bound"], percent(t / total) if total else "")
     launches = {n: result.evaluations[n].launch_time_s for n in names}
     if launches[names[0]]:
-        count = doc["performance_models"][names[0]]["kernel_launches"]
+        count = max(doc["performance_models"][names[0]]["kernel_launches"], 1)
         ops.add_row("(kernel launch latency)", f"{count:,}", *(seconds(launches[n]) for n in names),
                     seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
     console.print(ops)
+    _print_kernels(console, doc["engine"], names, top)
     for name, (_, oev, _) in (ov or {}).items():
         print_overlap(console, oev, f"Overlap ({name}, one pass)")
     if doc["unknown_ops"]:
@@ -264,22 +331,38 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
         console.print(f"[yellow]note:[/] {escape(n)}")
 
 
+def _print_kernels(console: Console, eng: dict, names: list[str], top: int) -> None:
+    per = ", ".join(f"{seg}: {n}" for seg, n in eng["kernels_per_layer"].items())
+    kt = Table(title=f"{eng['name']} kernels ({eng['framework']} {eng['version']}; per layer: {per}; "
+                     f"{eng['kernels_per_step']:,} per step)", title_justify="left")
+    for col in ("part", "kernel", "fuses", "calls"):
+        kt.add_column(col, justify="right" if col == "calls" else "left")
+    for n in names:
+        kt.add_column(f"total ({n})", justify="right")
+    kt.add_column("share", justify="right")
+    rows = eng["kernels"]
+    shown = rows if len(rows) <= 3 * top else sorted(rows, key=lambda r: -r["share"])[: 3 * top]
+    for row in shown:
+        kt.add_row(escape(row["segment"]), escape(row["kernel"]), escape(row["fuses"]), f"{row['calls']:,}",
+                   *(seconds(row["time_s"][n]) for n in names), percent(row["share"]))
+    console.print(kt)
+
+
 def chrome_trace(result, path: str) -> None:
     """Trace Event Format (Perfetto/chrome://tracing): one complete event per kernel, loops
     unrolled, in capture order, on one track per performance model."""
     events, pid = [], 1
     for tid, (name, r) in enumerate(result.rollups.items(), start=1):
-        times = {id(lt.leaf): row["time_s"] / float(lt.trips)
+        times = {id(lt.leaf): (row["time_s"] + row.get("launch_s", 0.0)) / float(lt.trips)
                  for lt, row in zip(r.leaves, result.evaluations[name].leaves.values())}
-        launch = float(r.launch.time_s)
         clock = [0.0]
 
         def emit(op, layer: str | None):
             if isinstance(op, Leaf):
-                dur = (times[id(op)] + launch) * 1e6
-                events.append({"name": _op_name(op), "cat": op.kind, "ph": "X", "ts": clock[0],
-                               "dur": dur, "pid": pid, "tid": tid,
-                               "args": {"module": op.attr("module"), "layer": layer}})
+                dur = times[id(op)] * 1e6
+                events.append({"name": str(op.attr("kernel") or _op_name(op)), "cat": op.kind, "ph": "X",
+                               "ts": clock[0], "dur": dur, "pid": pid, "tid": tid,
+                               "args": {"module": op.attr("module"), "layer": layer, "op": _op_name(op)}})
                 clock[0] += dur
             elif isinstance(op, Loop):
                 for i in range(int(op.n_iter)):
