@@ -40,8 +40,9 @@ def test_layout_manifest_and_mapping(database):
     assert mapping["kernels"]["MatMul"]["keys"] == ["M", "K", "N", "dtype"]
     assert mapping["ops"]["aten.mm.default"] == {"category": "compute", "kernel_type": "MatMul"}
     assert mapping["ops"]["perfcast.attention.default"]["kernel_type"] == "Attention"
-    fused = [op for op in mapping["ops"] if op.startswith("fused[")]
-    assert fused and all(mapping["ops"][op]["category"] == "elementwise" for op in fused)
+    # profiled as the eager engine runs it: one kernel per captured op, no fused kernels
+    assert mapping["ops"]["aten.mul.Tensor"]["category"] == "elementwise"
+    assert not [op for op in mapping["ops"] if op.startswith("fused[")]
     header = (database / "MatMul.csv").read_text().splitlines()[0].split(",")
     assert header[:5] == ["M", "K", "N", "dtype", "latency_us"] and "std_us" in header and "samples" in header
 

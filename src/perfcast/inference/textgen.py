@@ -214,11 +214,11 @@ def simulate(req: Request) -> Result:
                             hidden_size=int(req.model.data["hidden_size"]))
     t1 = time.perf_counter()
     layers = int(req.model.data["num_hidden_layers"])
-    stages = par.stages(applied.capture, layout.pp, layers)
+    stages = par.stages(cap, layout.pp, layers)  # memory: the step as captured, whatever the engine
     lowered = [lower(c, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype, point=at,
                      name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name,
                      plan=applied.plan, engine=profile.name)
-               for s, (c, _) in enumerate(stages)]
+               for s, (c, _) in enumerate(par.stages(applied.capture, layout.pp, layers))]
     low = lowered[0] if len(lowered) == 1 else _pipeline(lowered, req.model.name)
     launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
     launch_model = LaunchModel(launch.mode, launch.host_interval_s)

@@ -77,10 +77,11 @@ def find_database(device: str, path: str | Path | None = None, framework: str | 
     found = sorted((root / device).glob(pattern)) if (root / device).is_dir() else []
     if not found:
         where = f"under {root}" if path is not None else "shipped with perfcast"
-        which = f" for {framework or 'any framework'} {version or ''}".rstrip() if framework or version else ""
-        raise SpecError(f"no profiling database for {device}{which} {where} (expected "
-                        f"{root}/{device}/{framework or '<framework>'}/{version or '<version>'}/op_mapping.yaml); "
-                        f"pass --profiling-database DIR")
+        which = f": the {framework or ''} {version or ''} one the engine profile names".replace("  ", " ") \
+            if framework or version else ""
+        raise SpecError(f"no profiling database for {device} {where} (expected "
+                        f"{root}/{device}/{framework or '<framework>'}/{version or '<version>'}/op_mapping.yaml"
+                        f"{which}); pass --profiling-database DIR")
     return found[-1].parent
 
 
