@@ -305,7 +305,7 @@ def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "
           name: str = "model", plan: Plan | None = None, engine: str | None = None) -> Lowered:
     """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``. ``point``
     (dim → value) evaluates a symbolic capture's sizes while lowering. ``plan`` (an engine
-    profile's, :func:`perfcast.engines.plan_for`) groups each segment's records into the
+    profile's, :func:`perfcast.engines.apply`) groups each segment's records into the
     engine's kernels instead of ``fusion``'s one rule."""
     if quantize is not None and quantize not in QUANTIZATION:
         raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")

@@ -41,7 +41,7 @@ def run(args) -> int:
     from perfcast.profiler import profile_model
 
     if args.no_fusion:
-        raise UserError("--no-fusion is gone: one kernel per captured op is --engine eager (the default)")
+        raise UserError("--no-fusion: use --engine eager (one kernel per captured op; the default)")
     model = load_model_config(args.model)
     out = Path(args.out)
     if out.exists() and not out.is_dir():

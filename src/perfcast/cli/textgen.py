@@ -28,8 +28,8 @@ def _common(p) -> None:
                    help="capture afresh instead of reusing the cached symbolic capture")
     p.add_argument("--engine", metavar="NAME",
                    help="serving engine whose kernels and launches are priced: trtllm, vllm, sglang, "
-                        "vllm-ascend, xla or eager (PyTorch as Hugging Face runs it); default: the device's "
-                        "(see `perfcast engines`)")
+                        "vllm-ascend, xla, eager (PyTorch as Hugging Face runs it) or a profile YAML file; default: "
+                        "the device's (see `perfcast engines`)")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -99,8 +99,7 @@ def _request(args, **extra):
     from perfcast.models import load_model_config
 
     if args.no_fusion:
-        raise UserError("--no-fusion is gone: one kernel per captured op, launched from the host, is "
-                        "--engine eager")
+        raise UserError("--no-fusion: use --engine eager (one kernel per captured op, each launched from the host)")
     return Request(model=load_model_config(args.model),
                    device=resolve_device(args.device, args.device_file),
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,

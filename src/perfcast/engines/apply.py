@@ -105,6 +105,7 @@ class Applied:
     capture: Capture
     plan: Plan
     rotated: bool
+    used: set  # indices of the profile's rules that claimed records (filled as the plan runs)
 
 
 def apply(profile: EngineProfile, cap: Capture, *, decode: bool, device: str, hidden_size: int) -> Applied:
@@ -117,4 +118,4 @@ def apply(profile: EngineProfile, cap: Capture, *, decode: bool, device: str, hi
     def plan(records: list[OpRecord], segment: str, lw) -> list[KernelGroup]:
         return segment_plan(profile, ctx, records, lw)
 
-    return Applied(profile, cap, plan, bool(moved))
+    return Applied(profile, cap, plan, bool(moved), ctx.used)

@@ -31,6 +31,7 @@ class Context:
     device: str
     hidden_size: int
     rotated: frozenset = frozenset()  # ids of the norm records a rotation moved (the next layer's norm)
+    used: set = field(default_factory=set, compare=False)  # indices of the rules that claimed records
 
 
 @dataclass
@@ -92,15 +93,24 @@ def segment_plan(profile: EngineProfile, ctx: Context, records: list[OpRecord], 
     mla = any(_is_mla(r) for r in attention)
     # ids of attentions whose KV write another kernel does ("cached") or their own ("in_kernel")
     state = {"cached": set(), "in_kernel": set()}
-    for rule in profile.rules:
+    for n, rule in enumerate(profile.rules):
         if (rule.phases and ctx.phase not in rule.phases) or (rule.devices and ctx.device not in rule.devices):
             continue
         if (rule.attention == "mla" and not mla) or (rule.attention == "mha" and (mla or not attention)):
             continue
+        before = _signature(entries)
         entries = HANDLERS[rule.rule](rule, entries, ctx, lw, state)
+        if _signature(entries) != before:
+            ctx.used.add(n)
     entries = _leftover(profile, entries)
     return [KernelGroup(e.how or "op", tuple(e.recs), e.kernel, e.kernel_class, e.main, e.launches, e.outputs,
                         e.cache_of, e.attrs, e.reason, e.internal) for e in entries]
+
+
+def _signature(entries: list[Entry]) -> list[tuple]:
+    """What a rule can change about the plan (to tell which rules claimed records)."""
+    return [(id(e), e.how, e.kernel, e.launches, len(e.recs), e.cache_of is not None, len(e.attrs))
+            for e in entries]
 
 
 def _runs(entries: list[Entry], ok: Callable[[Entry], bool]):

@@ -203,6 +203,8 @@ def _message(path: Path, e) -> str:
             sub, _, msg = msg[1:].partition(": ")
             loc = f"{loc}.{sub}" if loc else sub
         return f"{path}: key '{loc}': {msg}"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):  # the input is a whole mapping: not echoed
+        what = e["msg"][0].lower() + e["msg"][1:]
     else:
         what = f"{e['msg'].lower()} (got {e.get('input')!r})"
     return f"{path}: key '{loc}': {what}"

@@ -144,6 +144,7 @@ class Result:
     stage_times_s: dict[str, list[float]] = field(default_factory=dict)  # pipeline: per model, per stage
     engine: engines.EngineProfile | None = None
     launch: Launch | None = None
+    rules_applied: tuple[int, ...] = ()  # indices of the engine's rules that claimed captured ops
 
     def step_time_s(self, name: str) -> float:
         """The step's time: one pass of the priced graph, or with pipeline micro-batches the
@@ -236,7 +237,8 @@ def simulate(req: Request) -> Result:
     notes = _notes(req, low) + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) \
         + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
-                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch)
+                  {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch,
+                  tuple(sorted(applied.used)))
 
 
 def _pipeline(lowered: list[Lowered], name: str) -> Lowered:

@@ -126,6 +126,20 @@ def kernel_table(result) -> list[dict]:
     return out
 
 
+def kernel_sequence(result) -> dict[str, list[str]]:
+    """The engine's kernels in launch order, by part of the step (prologue, each layer loop's
+    body once, epilogue); a kernel an op launches several of appears as ``name×n``."""
+    out: dict[str, list[str]] = {}
+    seen_layer = False
+    for lt in result.rollups[next(iter(result.rollups))].leaves:
+        loop = next((p for p in lt.path[1:] if "×" in p or p.startswith("layer")), None)
+        seen_layer = seen_layer or loop is not None
+        n = int(lt.leaf.attr("launches") or 1)
+        name = str(lt.leaf.attr("kernel") or _op_name(lt.leaf)) + (f"×{n}" if n > 1 else "")
+        out.setdefault(loop or ("epilogue" if seen_layer else "prologue"), []).append(name)
+    return out
+
+
 def engine_section(result) -> dict:
     eng, launch = result.engine, result.launch
     table = kernel_table(result)
@@ -139,6 +153,8 @@ def engine_section(result) -> dict:
             "launch": {"mode": launch.mode, "description": launch.description,
                        "host_launch_interval_s": float(launch.host_interval_s)},
             "kernels_per_layer": dict(per_layer), "kernels_per_step": sum(row["calls"] for row in table),
+            "rules_applied": [f"{i}: {eng.rules[i].rule}" for i in result.rules_applied],
+            "rules": len(eng.rules),
             "kernels": table}
 
 

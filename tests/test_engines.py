@@ -1,0 +1,315 @@
+"""Engine profiles: the schema's one-line errors, the device defaults, the kernels each engine
+runs for a captured step, the launch model, and physical sanity across the model catalog."""
+
+import contextlib
+import copy
+import io
+import json
+from functools import lru_cache
+
+import pytest
+import sympy
+import yaml
+
+from perfcast.capture.parallel import Layout
+from perfcast.cli.main import main
+from perfcast.engines import engine_names, get_engine, load_profile_file
+from perfcast.engines.spec import profiles_dir
+from perfcast.hardware import device_names, get_device
+from perfcast.hardware.spec import SpecError
+from perfcast.inference.textgen import Request, simulate
+from perfcast.ir import Graph, Tensor, make_leaf
+from perfcast.models import load_model_config
+from perfcast.perf import AnalyticPerformanceModel
+from perfcast.report.textgen import kernel_sequence
+from perfcast.rollup import LaunchModel, rollup
+
+CATALOG = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-32b",
+           "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b"]
+GPU_ENGINES = ["trtllm", "vllm", "sglang"]
+
+
+@lru_cache(maxsize=None)
+def sim(model: str, device: str, engine: str, decode: bool, tp: int = 1, topology: str | None = None,
+        sequences: int = 8):
+    shape = dict(num_queries=sequences, context_length=1024, decode=True) if decode else \
+        dict(num_queries=2, query_length=512)
+    return simulate(Request(load_model_config(model), get_device(device), engine=engine, layout=Layout(tp=tp),
+                            topology=topology, **shape))
+
+
+def run_cli(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+# -- the profiles as data -------------------------------------------------------------------------
+
+def test_every_shipped_profile_loads_and_cites_its_sources():
+    assert engine_names() == ["eager", "sglang", "trtllm", "vllm", "vllm-ascend", "xla"]
+    for name in engine_names():
+        p = get_engine(name)
+        assert p.name == name and p.framework and p.version
+        for rule in p.rules:
+            assert rule.sources and all(len(s) > 20 for s in rule.sources), (name, rule.rule)
+        for phase in ("prefill", "decode"):
+            assert all(len(s) > 20 for s in getattr(p.launch, phase).sources)
+        assert all(len(h.source) > 20 for h in p.launch.host_launch_interval_s.values())
+        assert len(p.leftover.sources[0]) > 20
+
+
+BAD = [
+    (lambda d: d.pop("framework"), "key 'framework': missing key"),
+    (lambda d: d["rules"][1].update(colour="red"), "key 'rules.1.merge_gemms.colour': unknown key"),
+    (lambda d: d["rules"][1].update(rule="smash"),
+     "key 'rules.1': input tag 'smash' found using 'rule' does not match any of the expected tags"),
+    (lambda d: d["rules"][1].pop("sources"), "key 'rules.1.merge_gemms.sources': missing key"),
+    (lambda d: d["launch"].pop("host_launch_interval_s"),
+     "key 'launch.host_launch_interval_s.NVIDIA': missing (the profile launches kernels eagerly on NVIDIA devices)"),
+    (lambda d: d["launch"]["prefill"].update(mode="compiled", max_tokens=5),
+     "key 'launch.prefill.max_tokens': only a cuda_graph launch has a capture size"),
+    (lambda d: d["rules"][11].update(cache_write={"prefill": {"mode": "in_kernel"}, "decode": {"mode": "separate"}}),
+     "key 'rules.11.attention.cache_write.decode.kernel': a separate cache write needs a kernel name"),
+]
+
+
+@pytest.mark.parametrize("mutate,message", BAD)
+def test_a_bad_profile_is_one_line_naming_file_and_key(tmp_path, mutate, message):
+    data = yaml.safe_load((profiles_dir() / "trtllm.yaml").read_text())
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as e:
+        load_profile_file(path)
+    assert str(e.value).startswith(f"{path}: {message}") and "\n" not in str(e.value)
+    rc, _, err = run_cli("engines", "--engine-file", str(path))
+    assert rc == 2 and err.startswith(f"perfcast engines: error: {path}: ") and err.count("\n") == 1
+
+
+def test_engines_command_lists_profiles_and_shows_rules():
+    rc, out, _ = run_cli("engines", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["name"] for r in rows] == engine_names()
+    trt = next(r for r in rows if r["name"] == "trtllm")
+    assert trt["database"]["version"] == "1.3.0rc20" and "h100-sxm" in trt["default_on"]
+    assert trt["launch"] == {"prefill": "eager", "decode": "cuda graph ≤ 128 tokens"}
+    rc, out, _ = run_cli("engines", "trtllm")
+    assert rc == 0 and "fused_add_rmsnorm" in out and "across layers" in out
+    doc = json.loads(run_cli("engines", "vllm", "--json")[1])
+    assert doc["rules"][0]["rule"] == "drop" and doc["rules"][0]["sources"]
+    rc, _, err = run_cli("engines", "tensorflow")
+    assert rc == 2 and "unknown engine 'tensorflow'; known: eager, sglang" in err
+
+
+def test_every_device_declares_a_default_engine_it_can_run():
+    from perfcast.engines import compatible
+
+    want = {"h100-sxm": "trtllm", "h200-sxm": "trtllm", "b200-sxm": "trtllm", "a100-sxm-80gb": "trtllm",
+            "mi300x": "vllm", "tpu-v5e": "xla", "tpu-v5p": "xla", "ascend-910b": "vllm-ascend",
+            "ascend-910c-die": "vllm-ascend", "cpu-local": "eager"}
+    for name in device_names():
+        d = get_device(name)
+        assert d.spec.default_engine is not None and d.spec.default_engine.reason, name
+        assert compatible(get_engine(d.spec.default_engine.name), d), name
+        if name in want:
+            assert d.spec.default_engine.name == want[name]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--device", "h100-sxm", "--engine", "xla"], "--engine xla: runs on Google devices; h100-sxm is NVIDIA"),
+    (["--device", "ascend-910b", "--engine", "trtllm"], "--engine trtllm: runs on NVIDIA devices; ascend-910b is Huawei"),
+    (["--no-fusion"], "use --engine eager"),
+    (["--engine", "nope"], "unknown engine 'nope'"),
+])
+def test_engine_errors_are_one_line(argv, message):
+    rc, _, err = run_cli("text-generate", "llama-3.1-8b", "--query-length", "16", *argv)
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+# -- the kernels each engine runs ---------------------------------------------------------------
+
+LLAMA_DECODE = {
+    "trtllm": ["fused_qkv_gemm", "xqa", "gemm", "fused_add_rmsnorm", "fused_gate_up_gemm", "silu_and_mul", "gemm",
+               "fused_add_rmsnorm"],
+    "vllm": ["qkv_proj", "triton_rotary_embedding", "reshape_and_cache_flash", "flash_attn_varlen", "gemm",
+             "triton_fused_add_rms_norm", "gate_up_proj", "triton_silu_and_mul", "gemm", "triton_fused_add_rms_norm"],
+    "sglang": ["qkv_proj", "rotary_embedding", "store_cache", "fa3", "gemm", "fused_add_rmsnorm", "gate_up_proj",
+               "silu_and_mul", "gemm", "fused_add_rmsnorm"],
+}
+
+
+@pytest.mark.parametrize("engine", GPU_ENGINES)
+def test_llama_layer_kernels(engine):
+    seq = kernel_sequence(sim("llama-3.1-8b", "h100-sxm", engine, True))
+    assert seq["layers[0]×32"] == LLAMA_DECODE[engine]
+    assert seq["prologue"][0] == "embedding" and seq["epilogue"] == ["lm_head_gemm"]
+    prefill = kernel_sequence(sim("llama-3.1-8b", "h100-sxm", engine, False))["layers[0]×32"]
+    if engine == "trtllm":  # prefill: RoPE + KV write before the context FMHA, not inside it
+        assert prefill[:3] == ["fused_qkv_gemm", "qkv_preprocessing", "fmha_v2"]
+    else:
+        assert prefill == LLAMA_DECODE[engine]
+
+
+def test_eager_runs_one_kernel_per_captured_op():
+    r = sim("llama-3.1-8b", "h100-sxm", "eager", True)
+    seq = kernel_sequence(r)
+    assert len(seq["layers[0]×32"]) == 38 and seq["layers[0]×32"][8:11] == ["aten.mm"] * 3
+    assert r.launch.mode == "eager" and r.rollups["analytic"].kernels == 10 + 38 * 32 + 9
+
+
+def test_moe_layer_kernels():
+    trt = kernel_sequence(sim("qwen3-30b-a3b", "h100-sxm", "trtllm", True))["layers[0]×48"]
+    assert trt == ["fused_qkv_gemm", "fused_qk_norm_rope", "qkv_preprocessing", "xqa", "gemm", "fused_add_rmsnorm",
+                   "router_gemm", "moe_routing", "cutlass_fused_moe×3", "fused_add_rmsnorm"]
+    sgl = kernel_sequence(sim("qwen3-30b-a3b", "h100-sxm", "sglang", True))["layers[0]×48"]
+    assert sgl[-5:] == ["fused_add_rmsnorm", "router_gemm", "topk", "fused_moe_triton×5", "fused_add_rmsnorm"]
+
+
+def test_tensor_parallel_all_reduce_fuses_the_next_norm():
+    trt = kernel_sequence(sim("llama-3.1-70b", "h200-sxm", "trtllm", True, tp=8))["layers[0]×80"]
+    assert trt.count("allreduce_residual_rmsnorm") == 2 and "fused_add_rmsnorm" not in trt
+    # SGLang: one-stage below 256 KiB at 8 ranks (8 × 8192 × 2 B here), two-stage above (32 sequences)
+    sgl = kernel_sequence(sim("llama-3.1-70b", "h200-sxm", "sglang", True, tp=8))["layers[0]×80"]
+    assert sgl.count("custom_allreduce_1stage") == 2 and sgl.count("fused_add_rmsnorm") == 2
+    sgl = kernel_sequence(sim("llama-3.1-70b", "h200-sxm", "sglang", True, tp=8, sequences=32))["layers[0]×80"]
+    assert sgl.count("custom_allreduce_2stage") == 2
+    leaves = sim("llama-3.1-70b", "h200-sxm", "trtllm", True, tp=8).rollups["analytic"].leaves
+    assert {lt.leaf.attr("algorithm") for lt in leaves if lt.leaf.kind == "all_reduce"} == {"oneshot"}
+
+
+def test_past_the_largest_cuda_graph_decode_launches_eagerly():
+    small, big = sim("llama-3.1-8b", "h100-sxm", "trtllm", True), sim("llama-3.1-8b", "h100-sxm", "trtllm", True,
+                                                                        sequences=256)
+    assert small.launch.mode == "cuda_graph" and small.evaluations["analytic"].host_launch_s == 0
+    assert big.launch.mode == "eager" and "256 tokens > the largest captured graph, 128" in big.launch.description
+
+
+# -- the launch model ---------------------------------------------------------------------------
+
+MODEL = AnalyticPerformanceModel(get_device("h100-sxm"))
+
+
+def _graph():
+    small = Tensor("t", (1024,), "bf16")
+    a, b = Tensor("a", (8192, 8192), "bf16"), Tensor("b", (8192, 8192), "bf16")
+    return Graph("g", (make_leaf("exp", "tiny", (small,), (small,)),
+                       make_leaf("exp", "tiny3", (small,), (small,), launches=3),
+                       make_leaf("matmul", "big", (a, b), (Tensor("c", (8192, 8192), "bf16"),))))
+
+
+def test_eager_kernel_costs_the_max_of_its_gpu_time_and_its_launches():
+    g, h = _graph(), sympy.Rational(7, 10**6)
+    graph, eager = rollup(g, MODEL), rollup(g, MODEL, LaunchModel("eager", h))
+    static = MODEL.launch_overhead().time_s
+    assert graph.launch_time_s == 3 * static and graph.kernels == 5  # tiny3 launches 3 kernels
+    gpu = [lt.result.time_s for lt in eager.leaves]
+    want = [sympy.Max(gpu[0] + static, h), sympy.Max(gpu[1] + static, 3 * h), gpu[2] + static]
+    assert [lt.time_s + lt.launch_s for lt in eager.leaves] == want
+    assert gpu[2] > h and eager.leaves[2].host_s == 0  # a long kernel hides the host's launches
+    assert sympy.simplify(eager.time_s - sum(want)) == 0
+
+
+def test_measured_kernels_do_not_pay_the_static_launch_again():
+    from dataclasses import replace
+
+    class Measured(AnalyticPerformanceModel):
+        def process_op(self, op, kernel=None):
+            return replace(super().process_op(op, kernel=kernel), includes_launch=True)
+
+    r = rollup(_graph(), Measured(get_device("h100-sxm")))
+    assert r.launch_time_s == 0 and r.launches == 0
+
+
+def test_layer_rotation_keeps_the_eager_cost_exact():
+    """Rotating each layer to end with the next layer's input norm moves ops, never adds any."""
+    from perfcast.capture.lower import lower
+    from perfcast.engines import rotate
+    from perfcast.inference.textgen import step_capture
+
+    req = Request(load_model_config("qwen3-8b"), get_device("h100-sxm"), num_queries=2, query_length=64)
+    cap, at, _ = step_capture(req)
+    rotated, moved = rotate(cap)
+    # the first layer's norm opens the step; model.norm's ops are replaced by the last layer's
+    assert moved and len(rotated.records) == len(cap.records)
+    priced = [rollup(lower(c, point=at, fusion=False).graph, MODEL).evaluate({}) for c in (cap, rotated)]
+    assert priced[0].totals == priced[1].totals
+    assert priced[0].time_s == pytest.approx(priced[1].time_s, rel=1e-12)
+
+
+# -- physical sanity across the catalog --------------------------------------------------------
+
+@pytest.mark.parametrize("model", CATALOG)
+def test_catalog_sanity_under_every_engine(model):
+    """No step beats the HBM roofline of what it must read, every engine keeps every matrix FLOP,
+    and no engine is slower (or moves more bytes) than PyTorch eager."""
+    d = load_model_config(model).data
+    moe = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts")
+    sliding = "sliding_attention" in (d.get("layer_types") or [])
+    for device in ("h100-sxm", "h200-sxm"):
+        peak = float(get_device(device).hbm_bandwidth_bytes_per_s)
+        for decode in (True, False):
+            eager = sim(model, device, "eager", decode).evaluations["analytic"]
+            for engine in GPU_ENGINES:
+                r = sim(model, device, engine, decode)
+                ev = r.evaluations["analytic"]
+                where = (model, device, engine, "decode" if decode else "prefill")
+                assert not r.lowered.unknown, where
+                assert ev.time_s >= ev.totals["bytes.hbm"] / peak, where
+                if not moe:  # every weight but the embedding table is read; decode reads the cache
+                    embedding = 0 if d.get("tie_word_embeddings") else d["vocab_size"] * d["hidden_size"] * 2
+                    floor = r.memory.weights_bytes - embedding
+                    if decode and not sliding:
+                        floor += r.memory.kv_cache_bytes_per_token * 8 * 1024
+                    assert ev.time_s >= floor / peak, where
+                assert ev.totals["flops.matrix"] == pytest.approx(eager.totals["flops.matrix"], rel=1e-9), where
+                assert ev.totals["bytes.hbm"] <= eager.totals["bytes.hbm"] * (1 + 1e-9), where
+                assert ev.time_s <= eager.time_s, where
+
+
+def _a100_topology(tmp_path) -> str:
+    data = yaml.safe_load((profiles_dir().parent.parent / "hardware" / "topologies" / "hgx-h100.yaml").read_text())
+    data.update(name="hgx-a100-test", device="a100-sxm-80gb")
+    path = tmp_path / "hgx-a100-test.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_every_rule_of_every_profile_claims_ops_somewhere(tmp_path):
+    """No dead rule: across the catalog (and tensor-parallel steps for the all-reduce rules) every
+    rule of every shipped profile claims some captured op."""
+    scenarios = [(m, dev, e, dec, 1, None) for m in CATALOG for dec in (True, False)
+                 for e, dev in (("trtllm", "h200-sxm"), ("vllm", "h200-sxm"), ("sglang", "h200-sxm"),
+                                ("vllm-ascend", "ascend-910b"), ("xla", "tpu-v5p"))]
+    a100 = _a100_topology(tmp_path)
+    for m in ("llama-3.1-70b", "deepseek-v3"):
+        scenarios += [(m, "h200-sxm", e, True, 8, None) for e in GPU_ENGINES]
+        scenarios += [(m, "b200-sxm", "vllm", True, 8, None), (m, "a100-sxm-80gb", "vllm", True, 8, a100),
+                      (m, "ascend-910b", "vllm-ascend", True, 8, None), (m, "tpu-v5p", "xla", True, 8, "tpu-v5p-4x4x4")]
+    used: dict[str, set] = {}
+    for m, dev, e, dec, tp, topo in scenarios:
+        used.setdefault(e, set()).update(sim(m, dev, e, dec, tp, topo).rules_applied)
+    for e, seen in used.items():
+        rules = get_engine(e).rules
+        assert seen == set(range(len(rules))), (e, [(i, rules[i].rule) for i in sorted(set(range(len(rules))) - seen)])
+
+
+def test_json_report_names_the_engine():
+    rc, out, _ = run_cli("text-generate", "llama-3.1-8b", "--decode", "--context-length", "1024", "--num-queries",
+                         "8", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["engine"]["name"] == "trtllm" and doc["engine"]["kernels_per_step"] == 259
+    assert doc["engine"]["launch"]["mode"] == "cuda_graph" and len(doc["engine"]["rules_applied"]) == 10
+
+
+def test_profile_copy_from_a_file_is_accepted_by_text_generate(tmp_path):
+    data = copy.deepcopy(yaml.safe_load((profiles_dir() / "vllm.yaml").read_text()))
+    data["name"] = "my-vllm"
+    path = tmp_path / "my-vllm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    mine = simulate(Request(load_model_config("llama-3.1-8b"), get_device("h100-sxm"), engine=str(path),
+                            num_queries=8, context_length=1024, decode=True))
+    assert mine.engine.name == "my-vllm"
+    assert mine.evaluations["analytic"].time_s == sim("llama-3.1-8b", "h100-sxm", "vllm", True).evaluations[
+        "analytic"].time_s
