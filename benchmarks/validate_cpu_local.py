@@ -16,7 +16,7 @@ this script
 4. prints predicted, measured and error % per model and performance model, and the predicted
    time per leaf kind (``--breakdown``) next to torch.profiler's measured self-CPU time by op.
 
-Usage: ``python benchmarks/validate_cpu_local.py [--tokens 512] [--runs 5] [--no-fusion]``
+Usage: ``python benchmarks/validate_cpu_local.py [--tokens 512] [--runs 5] [--engine eager]``
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=512, help="prefill tokens (batch 1)")
     ap.add_argument("--runs", type=int, default=5, help="timed real forwards per model")
     ap.add_argument("--repeats", type=int, default=10, help="samples per profiled kernel")
-    ap.add_argument("--no-fusion", action="store_true", help="profile and price unfused ops")
+    ap.add_argument("--engine", default="eager",
+                    help="engine profile whose kernels are profiled and priced (default eager: one kernel per "
+                         "captured op, as the real Hugging Face forward runs them)")
     ap.add_argument("--breakdown", action="store_true", help="print per-kind predictions and profiler ops")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads(),
                     help="torch threads for profiling and the real run (default: torch's own); "
@@ -122,7 +124,6 @@ def main() -> int:
         print(json.dumps({"median_s": median, "samples_s": samples, "ops_us": ops}))
         return 0
     device = load_device_file(args.device_file) if args.device_file else get_device("cpu-local")
-    fusion = not args.no_fusion
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.database or tmp)
@@ -130,11 +131,11 @@ def main() -> int:
             model = ModelConfig(name, cfg, Path(f"{name}.json"), {})
             t0 = time.perf_counter()
             db = profile_model(model, out, "cpu-local", query_length=args.tokens, dtype="fp32",
-                               fusion=fusion, repeats=args.repeats)
+                               engine=args.engine, repeats=args.repeats)
             t1 = time.perf_counter()
             res = simulate(Request(model, device, query_length=args.tokens, dtype="fp32",
                                    performance_models=("analytic", "profiling"),
-                                   profiling_database=str(db), fusion=fusion))
+                                   profiling_database=str(db), engine=args.engine))
             real, samples, ops = real_in_subprocess(name, args)
             spread = (max(samples) - min(samples)) / real * 100
             print(f"{name}: profiled in {t1 - t0:.1f} s; real forward median {real * 1e3:.1f} ms "
@@ -151,7 +152,7 @@ def main() -> int:
                 print("  measured self-CPU by op (torch.profiler, one run): "
                       + ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in top))
     print(f"\nprefill, batch 1 x {args.tokens} tokens, fp32, {args.threads} torch thread(s), cpu-local, "
-          f"{'fused' if fusion else 'unfused'} memory-bound runs")
+          f"engine {args.engine}")
     print(f"{'model':18} {'perf model':11} {'predicted ms':>13} {'measured ms':>12} {'error %':>8}  provenance")
     worst = 0.0
     for name, pm, pred, real, shares in rows:
