@@ -17,23 +17,36 @@ __all__ = ["profile_model"]
 
 def profile_model(model, out: str | Path, device_name: str, *, num_queries: int = 1,
                   query_length: int = 128, context_length: int = 0, decode: bool = False,
-                  dtype: str = "fp32", fusion: bool = True, repeats: int = 10, device=None,
-                  progress=None) -> Path:
+                  dtype: str | None = None, fusion: bool = True, repeats: int = 10, device=None,
+                  timing: str = "events", rotate_bytes: int | None = None, progress=None) -> Path:
     """Capture and lower ``model`` (a :class:`perfcast.models.ModelConfig`) for one step exactly
     as ``perfcast text-generate`` does, time its distinct kernels and write/merge the database
-    under ``out``. Returns the database directory (the one to pass as ``--profiling-database``)."""
+    under ``out``. Returns the database directory (the one to pass as ``--profiling-database``).
+
+    ``dtype`` defaults to bf16 on a CUDA device and fp32 on a CPU (what each runs well);
+    ``timing`` and ``rotate_bytes`` are the collector's options
+    (:class:`perfcast.profiler.collect.Options`)."""
     import re
 
     from perfcast.capture import lower
     from perfcast.inference.textgen import Request, step_capture
-    from perfcast.profiler.collect import Options, collect, manifest, write
+    from perfcast.profiler.collect import TIMINGS, Options, collect, manifest, write
+    from perfcast.profiler.timing import backend
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", device_name):
         raise UserError(f"--device-name {device_name!r}: use lower-case letters, digits, '.' and '-'")
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
+    bk = backend(str(device) if device is not None else _default_device(), flag="--torch-device")
+    dtype = dtype or ("bf16" if bk.kind == "cuda" else "fp32")
     if dtype not in ("fp32", "bf16", "fp16"):
         raise UserError(f"--dtype {dtype!r}: expected fp32, bf16 or fp16")
+    if timing not in TIMINGS:
+        raise UserError(f"--timing {timing!r}: expected one of {', '.join(TIMINGS)}")
+    if timing == "graph" and not bk.graphs:
+        raise UserError(f"--timing graph: needs a CUDA device (the kernels run on {bk.kind})")
+    if rotate_bytes is not None and rotate_bytes < 0:
+        raise UserError(f"--rotate-bytes must be non-negative (got {rotate_bytes})")
     req = Request(model=model, device=None, num_queries=num_queries, query_length=query_length,
                   context_length=context_length, decode=decode, dtype=dtype, fusion=fusion)
     for flag, v in (("--num-queries", num_queries), ("--query-length", query_length)):
@@ -43,9 +56,15 @@ def profile_model(model, out: str | Path, device_name: str, *, num_queries: int 
         raise UserError("--context-length must be ≥ 0, and ≥ 1 with --decode")
     cap, at, _ = step_capture(req)
     low = lower(cap, model_dtype=dtype, fusion=fusion, point=at, name=model.name)
-    opts = Options(repeats=repeats)
-    measured = collect(low.graph, device=device, opts=opts, progress=progress)
+    opts = Options(repeats=repeats, timing=timing, rotate_bytes=rotate_bytes)
+    measured = collect(low.graph, device=bk.device, opts=opts, progress=progress)
     run = {"model": model.name, "num_queries": num_queries, "query_length": query_length,
            "context_length": context_length, "decode": decode, "dtype": dtype, "fusion": fusion,
-           "kernels": sum(len(r) for r in measured.rows.values())}
-    return write(measured, out, device_name, manifest(device_name, device, opts, [run]))
+           "timing": timing, "kernels": sum(len(r) for r in measured.rows.values())}
+    return write(measured, out, device_name, manifest(device_name, bk.device, opts, [run]))
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
