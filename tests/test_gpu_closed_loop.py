@@ -338,3 +338,134 @@ def test_steps_exchange_no_data_with_the_host(tiny_llama):
         (x + torch.tensor([1.0, 2.0, 3.0])).sum().item()
         torch.nonzero(x)
     assert dict(mode.found) == {"aten.lift_fresh": 1, "aten._local_scalar_dense": 1, "aten.nonzero": 1}
+
+
+# The CUDA backend's logic, on a stand-in for torch.cuda -------------------------------------------
+def _stand_in_cuda():
+    """torch as far as CudaBackend uses it, on the CPU: events read the wall clock, a graph
+    records the calls made while capturing and replays them. Calls are logged."""
+    import contextlib
+
+    import torch
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            import time
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            log.append("sync")
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3  # ms, as torch.cuda.Event.elapsed_time
+
+    class CUDAGraph:
+        def __init__(self):
+            self.calls, self.capturing = [], False
+
+        def replay(self):
+            log.append("replay")
+            for fn in self.calls:
+                fn()
+
+    @contextlib.contextmanager
+    def graph(g):
+        log.append("capture")
+        g.capturing = True
+        yield
+        g.capturing = False
+
+    @contextlib.contextmanager
+    def stream(s):
+        log.append("side stream")
+        yield
+
+    def side_stream(device=None):
+        return type("Stream", (), {"wait_stream": lambda self, other: None})()
+
+    cuda = SimpleNamespace(Event=Event, CUDAGraph=CUDAGraph, graph=graph, stream=stream, Stream=side_stream,
+                           current_stream=side_stream, synchronize=lambda device=None: None,
+                           empty_cache=lambda: log.append("empty_cache"), get_device_name=lambda d=None: "Stand-in GPU")
+    return SimpleNamespace(no_grad=torch.no_grad, cuda=cuda, __version__=torch.__version__,
+                           version=SimpleNamespace(cuda="0.0")), log
+
+
+def _cuda_backend():
+    from perfcast.profiler.timing import CpuBackend, CudaBackend
+
+    bk = CudaBackend("cpu")
+    bk.torch, log = _stand_in_cuda()
+    bk.trace = CpuBackend("cpu").trace  # torch.profiler's CPU side stands in for CUPTI
+    return bk, log
+
+
+def test_cuda_backend_times_with_resets_outside_the_samples():
+    bk, log = _cuda_backend()
+    resets = []
+    samples = bk.time(lambda: log.append("call"), before=lambda: resets.append(1), warmup=2, repeats=3)
+    assert len(samples) == 3 and len(resets) == 2 + 3  # before every warm-up call and every sample
+    assert log.count("call") == 5 and log.count("sync") == 3  # one synchronisation per sample
+
+
+def test_cuda_backend_capture_and_its_errors():
+    from perfcast.profiler.timing import GraphUnavailable
+
+    bk, log = _cuda_backend()
+    replay = bk.capture(lambda: log.append("call"), warmup=2)
+    # two warm-up calls on a side stream, then the capture, which runs the Python once more
+    assert log == ["side stream", "call", "call", "capture", "call"]
+    replay()
+    assert log[-1] == "replay"
+
+    def broken():
+        raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+
+    with pytest.raises(GraphUnavailable, match=r"^capture failed: RuntimeError: operation not permitted when "
+                                               r"stream is capturing$"):
+        bk.capture(broken, warmup=0)
+
+
+def test_run_point_graph_path(tiny_llama):
+    from perfcast.hardware import get_device
+    from perfcast.models import load_model_config
+
+    module = _script()
+    bk, log = _cuda_backend()
+
+    def capture(fn, *, before=None, calls=1, warmup=3):  # a "replay" that runs the step again
+        if before:
+            before()
+        return lambda: fn()
+
+    bk.capture = capture
+    args = module.parse_args(["--device", "cpu", "--repeats", "2", "--warmup", "1", "--no-kernel-db"])
+    ctx = {"backend": bk, "args": args, "device": get_device("h200-sxm"), "dtype": "fp32", "kernel_db": None,
+           "engine_options": cl.engine_options()[0], "db_name": "stand-in-gpu"}
+    m = load_model_config("llama-3.1-8b")
+    cfg = type(m)("tiny", {**m.data, **module.TINY, "bos_token_id": 1, "eos_token_id": 2}, m.path, {})
+    rec = module.run_point(ctx, tiny_llama, cfg, cl.Point("decode", 2, 1, 16))
+    assert rec["status"] == "ok", rec["errors"]
+    meas = rec["measured"]
+    assert meas["graph"] == "replayed" and len(meas["graph_samples_s"]) == 2
+    assert meas["graph_kernels"] == meas["kernels"]  # the replay runs the same ops
+    assert rec["step"]["analytic"]["error_graph"] == pytest.approx(
+        rec["predicted"]["analytic"]["kernels_s"] / meas["graph_s"] - 1)
+    assert "empty_cache" in log  # memory handed back after the point
+    args = module.parse_args(["--device", "cpu", "--repeats", "1", "--warmup", "0", "--no-kernel-db",
+                              "--decode-cache", "dynamic"])
+    rec = module.run_point({**ctx, "args": args}, tiny_llama, cfg, cl.Point("decode", 2, 1, 16))
+    assert rec["measured"]["graph"].startswith("not captured: a DynamicCache concatenates")
+
+
+def test_defaults_the_docs_state():
+    module = _script()
+    args = module.parse_args([])
+    assert (args.device, args.budget_s, args.repeats, args.warmup, args.decode_cache) == ("cuda", 360.0, 10, 3, "static")
+    assert args.models == "llama-3.1-8b,qwen3-8b,qwen3-30b-a3b" and args.points == cl.DEFAULT_POINTS
+    assert (module.TINY["num_hidden_layers"], module.TINY["hidden_size"]) == (2, 256)
+    assert (module.TINY_MOE["num_experts"], module.TINY_MOE["num_experts_per_tok"]) == (8, 2)

@@ -20,8 +20,8 @@ On a CUDA GPU:
   larger of the kernel and the host's launch interval — not as one launch from an idle GPU
   (the event pair and the first launch's latency would dominate it).
 - **L2.** Consecutive kernels of a real step read different weights, which come from HBM. A
-  kernel timed over and over on one weight would find it in L2 (50 MB on an H100/H200) and
-  run faster than in the step. So the weight-like operands — GEMM weights, attention K/V, expert
+  kernel timed over and over on one weight would find it in L2 (50 MB on an H100 SXM, by
+  NVIDIA's H100 datasheet) and run faster than in the step. So the weight-like operands — GEMM weights, attention K/V, expert
   weights — cycle through distinct copies totalling at least ``rotate_bytes`` (default twice
   the GPU's L2), as aiconfigurator's collector cycles distinct weight copies
   (ai-dynamo/aiconfigurator ``collector/trtllm/collect_gemm.py``). Activations are not rotated:
