@@ -184,6 +184,14 @@ def test_device_kernels_are_linked_to_the_op_that_launched_them():
         KernelRecord("void pytorch_flash::flash_fwd_kernel", None, (), 5.0)]
 
 
+def test_device_kernels_without_links_come_from_the_ops_kernel_lists():
+    mm = _Event("aten::mm", id=2, shapes=[(8, 4096), (4096, 4096)])
+    mm.kernels = [SimpleNamespace(name="nvjet_tst_64x8", duration=16.4)]
+    gemm = _Event("nvjet_tst_64x8", "CUDA", us=16.4)
+    del gemm.linked_correlation_id  # a torch whose events carry no link
+    assert device_kernels([mm, gemm]) == [KernelRecord("nvjet_tst_64x8", "aten::mm", ((8, 4096), (4096, 4096)), 16.4)]
+
+
 def test_cpu_ops_are_the_innermost_working_ops():
     mm = _Event("aten::mm", shapes=[(16, 256), (256, 256)], us=30.0)
     t = _Event("aten::t", children=[_Event("aten::transpose", children=[_Event("aten::as_strided")])])

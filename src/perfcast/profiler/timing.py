@@ -72,16 +72,21 @@ def device_kernels(events) -> list[KernelRecord]:
     link is 0) active at its launch — the innermost aten op, e.g. ``aten::mm`` under
     ``aten::linear``; torch.profiler attaches kernels to ops by the same ids
     (``torch/autograd/profiler.py``, ``_parse_kineto_results``). A kernel linked to no op (a
-    library's own launch) has ``op`` None."""
-    ops = {e.id: e for e in events if _device(e) == "CPU" and not getattr(e, "linked_correlation_id", 0)}
-    out = []
-    for d in events:
-        if _device(d) != "CUDA":
-            continue
-        owner = ops.get(getattr(d, "linked_correlation_id", 0))
-        out.append(KernelRecord(str(d.name), str(owner.name) if owner is not None else None,
-                                _shapes(owner) if owner is not None else (), float(d.time_range.elapsed_us())))
-    return out
+    graph replay, a library's own launch) has ``op`` None. Where device events carry no link
+    (older torch), the kernels are read from the ops' own ``kernels`` lists instead."""
+    device = [e for e in events if _device(e) == "CUDA"]
+    if device and all(hasattr(d, "linked_correlation_id") for d in device):
+        ops = {e.id: e for e in events if _device(e) == "CPU" and not getattr(e, "linked_correlation_id", 0)}
+        out = []
+        for d in device:
+            owner = ops.get(d.linked_correlation_id)
+            out.append(KernelRecord(str(d.name), str(owner.name) if owner is not None else None,
+                                    _shapes(owner) if owner is not None else (), float(d.time_range.elapsed_us())))
+        return out
+    listed = [KernelRecord(str(k.name), str(e.name), _shapes(e), float(k.duration))
+              for e in events if _device(e) == "CPU" and not getattr(e, "is_legacy", False)
+              for k in getattr(e, "kernels", None) or ()]
+    return listed or [KernelRecord(str(d.name), None, (), float(d.time_range.elapsed_us())) for d in device]
 
 
 def cpu_ops(events) -> list[KernelRecord]:
