@@ -73,12 +73,16 @@ def parse_args(argv):
     p.add_argument("--budget-s", type=float, default=360.0, help="start no work past this many seconds (default 360)")
     p.add_argument("--out", metavar="DIR", help="write results.json, steps.csv, kernels.csv (and kernel-db/) here")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="print each step's N largest kernel keys, "
+                   "measured against predicted (default 3; all of them are in kernels.csv)")
     p.add_argument("--seed", type=int, default=0, help="random weights and inputs (default 0)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own; 1 is steadier on a "
                    "shared machine)")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("--repeats must be at least 1 and --warmup non-negative")
+    if args.top < 0:
+        raise UserError(f"--top must be non-negative (got {args.top})")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be at least 1 (got {args.threads})")
     if args.budget_s <= 0:
@@ -360,8 +364,9 @@ def _pct(e) -> str:
     return "—" if e is None else f"{e:+.1%}"
 
 
-def render(doc: dict, out: str | None) -> None:
-    """The step table, the kernel-family table (first performance model) and what went wrong."""
+def render(doc: dict, out: str | None, top: int = 3) -> None:
+    """The step table, the kernel-family and largest-kernel tables (first performance model)
+    and what went wrong."""
     from rich.console import Console
     from rich.table import Table
 
@@ -412,14 +417,30 @@ def render(doc: dict, out: str | None) -> None:
                           f"{row['measured_count']}/{row['predicted_count']}"]
             f.add_row(*cells)
         console.print(f)
+    if models and top:
+        k = Table(title=f"Largest kernel keys per step ({models[0]}): measured calls and µs against predicted")
+        for c in ("model", "point", "family", "op", "shape"):
+            k.add_column(c)
+        for c in ("measured", "predicted", "err"):
+            k.add_column(c, justify="right")
+        for r in doc["steps"]:
+            for row in r.get("kernels", {}).get(models[0], [])[:top]:
+                k.add_row(r["model"], r["point"], row["family"], row["op"], row["shape"],
+                          f"{row['measured_count']} / {row['measured_us']:,.1f}",
+                          f"{row['predicted_count']} / {row['predicted_us']:,.1f}", _pct(row["error"]))
+        console.print(k)
     for s in doc["skipped"]:
         console.print(f"skipped: {s}")
     for name, info in doc["models"].items():
         if "error" in info:
             console.print(f"[bold red]{name}: not built[/]: {info['error']}")
     notes = dict.fromkeys(n for r in doc["steps"] for n in r.get("notes", []))
+    exact = [n for n in notes if re.search(r": exact \(\d+ calls?\)$", n)]
     for n in notes:
-        console.print(f"note: {n}")
+        if n not in exact:
+            console.print(f"note: {n}")
+    if exact:
+        console.print("note: profiling: the tables it answered exactly from are listed per step in results.json")
     if out:
         console.print(f"written: {out}/results.json, {out}/steps.csv, {out}/kernels.csv"
                       + (f", {doc['kernel_db']}/" if doc.get("kernel_db") else ""))
@@ -436,7 +457,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        render(doc, args.out)
+        render(doc, args.out, args.top)
     return 0 if doc["status"] == "complete" and all(r["status"] == "ok" for r in doc["steps"]) else 1
 
 

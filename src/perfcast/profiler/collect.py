@@ -21,9 +21,10 @@ On a CUDA GPU:
   (the event pair and the first launch's latency would dominate it).
 - **L2.** Consecutive kernels of a real step read different weights, which come from HBM. A
   kernel timed over and over on one weight would find it in L2 (50 MB on an H100 SXM, by
-  NVIDIA's H100 datasheet) and run faster than in the step. So the weight-like operands — GEMM weights, attention K/V, expert
-  weights — cycle through distinct copies totalling at least ``rotate_bytes`` (default twice
-  the GPU's L2), as aiconfigurator's collector cycles distinct weight copies
+  NVIDIA's H100 datasheet) and run faster than in the step. So the weight-like operands —
+  GEMM weights, attention K/V, expert weights — cycle through distinct copies totalling at
+  least ``rotate_bytes`` (default twice the GPU's L2), as aiconfigurator's collector cycles
+  distinct weight copies
   (ai-dynamo/aiconfigurator ``collector/trtllm/collect_gemm.py``). Activations are not rotated:
   in a step they were just written by the previous kernel and are L2-hot. On a CPU nothing is
   rotated (the default ``rotate_bytes`` is 0): ``cpu-local`` was measured and validated that

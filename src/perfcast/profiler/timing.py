@@ -184,6 +184,12 @@ class CudaBackend(Backend):
     kind = "cuda"
     graphs = True
 
+    def __init__(self, device):
+        super().__init__(device)
+        if self.device.type == "cuda" and self.device.index is not None:
+            # events and streams belong to the current device: make it the one measured
+            self.torch.cuda.set_device(self.device)
+
     def sync(self):
         self.torch.cuda.synchronize(self.device)
 
