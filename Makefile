@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench validate setup
+.PHONY: demo test bench validate validate-serving setup
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -27,3 +27,6 @@ bench: $(STAMP)
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py
+
+validate-serving: $(STAMP)
+	$(VENV)/bin/python benchmarks/validate_targets.py

@@ -33,7 +33,6 @@ import pandas as pd
 import yaml
 
 from perfcast.capture.parallel import Layout, experts_of
-from perfcast.hardware import get_device
 from perfcast.hardware.spec import SpecError
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
@@ -169,7 +168,8 @@ def _float(row: dict, col: str) -> float:
 
 
 @lru_cache(maxsize=None)
-def _model(name: str):
+def catalog_model(name: str):
+    """A catalog model's config, loaded once per run."""
     return load_model_config(name)
 
 
@@ -247,7 +247,7 @@ def map_row(row: dict) -> Case:
     if why:
         return replace(base, reason=why)
     base = replace(base, quantize=quantize, approximate=approx)
-    layout, batch, why = _layout(row, _model(base.model).data, base.mode == "disagg")
+    layout, batch, why = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch)
     if why:
         return replace(base, reason=why)
@@ -265,7 +265,3 @@ def map_row(row: dict) -> Case:
 
 def map_frame(frame: pd.DataFrame) -> list[Case]:
     return [map_row(r) for r in frame.to_dict("records")]
-
-
-def device_of(case: Case):
-    return get_device(case.device)

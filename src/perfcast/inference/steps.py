@@ -25,7 +25,7 @@ from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
 from perfcast.hardware.spec import SpecError
 from perfcast.inference.roofline import DatasheetRoofline
-from perfcast.inference.silicon import Case, _model
+from perfcast.inference.silicon import Case, catalog_model
 from perfcast.inference.textgen import Request, make_model, simulate
 from perfcast.ir import UserError, dim
 from perfcast.perf import Provenance
@@ -67,7 +67,7 @@ def step_request(group: Group, *, batch: int, length: int,
     layout = group.layout
     # ENGINE: the one place a validation step becomes a Request. When Request takes the serving
     # engine (``--engine``), pass ``engine=group.engine`` here.
-    return Request(model=_model(group.model), device=get_device(group.device),
+    return Request(model=catalog_model(group.model), device=get_device(group.device),
                    num_queries=batch * layout.dp if group.decode else layout.dp,
                    query_length=1 if group.decode else length,
                    context_length=length if group.decode else 0, decode=group.decode,

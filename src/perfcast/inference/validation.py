@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from perfcast.inference.silicon import Case
-from perfcast.inference.steps import BASELINE, Prices
+from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
 from perfcast.ir import UserError
 
@@ -72,9 +72,7 @@ def predict(cases: list[Case], prices: Prices, models: tuple[str, ...]) -> dict[
         prefill = prices.of(c, False) if c.mode == "agg" else {}
         for m in models:
             d, p = decode.get(m), prefill.get(m)
-            why = (d.reason if d is not None else "not priced") if d is None or d.seconds is None else None
-            if why is None and c.mode == "agg" and (p is None or p.seconds is None):
-                why = p.reason if p is not None else "prefill not priced"
+            why = _missing(d, "decode step") or (_missing(p, "prefill") if c.mode == "agg" else None)
             if why:
                 out[m].append(Prediction(c, m, reason=why))
                 continue
@@ -86,6 +84,12 @@ def predict(cases: list[Case], prices: Prices, models: tuple[str, ...]) -> dict[
             out[m].append(Prediction(c, m, tpot, p.seconds * 1e3 if p is not None else None,
                                      measured_share=d.measured_share, unpriced=max(d.unpriced, p.unpriced if p else 0)))
     return out
+
+
+def _missing(t: StepTime | None, what: str) -> str | None:
+    if t is None:
+        return f"{what} not priced"
+    return t.reason if t.seconds is None else None
 
 
 def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Prediction]],
@@ -106,7 +110,7 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
                  "unpriced_op_rows": sum(p.unpriced > 0 for p in ok)}
         shares = [p.measured_share for p in ok if p.measured_share is not None]
         if shares:
-            entry["median_measured_share"] = float(np.median(shares))
+            entry["median_measured_share_decode"] = float(np.median(shares))
         s = stats(p.ttft_ms / p.case.ttft_ms - 1 for p in ok if p.ttft_ms is not None and math.isfinite(p.case.ttft_ms))
         entry["ttft"] = s.as_dict() if s else None
         for mapping in MAPPINGS:

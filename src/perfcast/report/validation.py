@@ -54,7 +54,7 @@ def _table(title: str, doc: dict, pops: list[dict], split: bool) -> Table:
     for m in models:
         t.add_column(f"{m}\nn", justify="right")
         for mapping in MAPPINGS:
-            t.add_column(f"{m}\n{mapping}", justify="right")
+            t.add_column(f"{m}\n{mapping}", justify="right", no_wrap=True)
 
     def cells(p: dict, suffix: str = "") -> list[str]:
         out = []
@@ -111,6 +111,15 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
                 not_priced[(m, reason)] = max(not_priced.get((m, reason), 0), n)
     for (m, reason), n in sorted(not_priced.items(), key=lambda kv: -kv[1])[:top_reasons]:
         console.print(f"[yellow]{m}: not priced[/] ({n:,} rows in one population): {reason}", highlight=False)
+    for p in doc["populations"][:1]:
+        for m, e in p["models"].items():
+            if e["unpriced_op_rows"]:
+                console.print(f"[red]{m}: {e['unpriced_op_rows']:,} predicted rows have ops with no cost rule, NOT "
+                              f"priced[/] (see `perfcast text-generate` on the row's command)", highlight=False)
+            if "median_measured_share_decode" in e:
+                console.print(f"{m}: median share of the decode step priced from measured or interpolated kernel "
+                              f"tables {e['median_measured_share_decode'] * 100:.0f} % (the rest: analytic fallback)",
+                              highlight=False)
     tm = doc["timings_s"]
     pts = doc["points"]
     console.print(f"run time {tm['read_and_map'] + tm['price']:.1f} s (read and map {tm['read_and_map']:.1f} s, "
