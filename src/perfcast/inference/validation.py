@@ -29,6 +29,18 @@ from perfcast.inference.validation_stats import Population, by_key, llama_8b_h10
 from perfcast.ir import UserError
 
 MAPPINGS = ("decode-step", "steady-state")
+#: What each figure of the report is, as the report and the JSON state it.
+MAPPING_TEXT = {
+    "decode-step": "one decode step of the whole batch (batch_size × attention_dp sequences) at context "
+                   "isl + osl/2",
+    "steady-state": "aggregated: the decode step + (batch per rank / osl) × one prefill of isl tokens per rank "
+                    "(continuous batching in steady state); disaggregated: the decode step",
+    "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing)",
+    "assumptions": "KV cache in the model dtype (the data do not state it); fp8_block, nvfp4 and int4_wo priced "
+                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; the serving engine is recorded per "
+                   "row but not yet used in pricing",
+}
+
 #: The split the issue's targets use: at low concurrency a decode step is latency-bound.
 LOW_CONCURRENCY = 16
 
@@ -262,7 +274,8 @@ def run(req: ValidationRequest) -> dict:
     pops = ([summarize(p, chosen, preds, split=True) for p in [everything, *named]]
             + ([] if req.population else [summarize(p, chosen, preds)
                                            for p in by_key(silicon)]))
-    return {"sources": sources, "seed": req.seed, "performance_models": list(req.performance_models),
+    return {"sources": sources, "mapping": dict(MAPPING_TEXT), "seed": req.seed,
+            "performance_models": list(req.performance_models),
             "baseline": BASELINE if req.baseline else None,
             "rows": {"read": len(cases), "selected": len(chosen), "mappable": sum(c.predictable for c in chosen),
                      "approximate": sum(bool(c.approximate) for c in chosen if c.predictable)},

@@ -12,16 +12,6 @@ from rich.table import Table
 
 from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
 
-MAPPING_TEXT = {
-    "decode-step": "one decode step of the whole batch (batch_size × attention_dp sequences) at context "
-                   "isl + osl/2",
-    "steady-state": "aggregated: the decode step + (batch per rank / osl) × one prefill of isl tokens per rank "
-                    "(continuous batching in steady state); disaggregated: the decode step",
-    "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing)",
-    "assumptions": "KV cache in the model dtype (the data do not state it); fp8_block, nvfp4 and int4_wo priced "
-                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; the serving engine is recorded per "
-                   "row but not yet used in pricing",
-}
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -80,8 +70,8 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
                   f"step ({rows['approximate']:,} approximately), {rows['selected'] - rows['mappable']:,} refused")
     base = f"; baseline: {doc['baseline']} (naive datasheet roofline of the same steps)" if doc["baseline"] else ""
     console.print(f"performance models: {', '.join(doc['performance_models'])}{base}")
-    for k in ("decode-step", "steady-state", "ttft", "assumptions"):
-        console.print(f"[dim]{k}:[/] {MAPPING_TEXT[k]}", highlight=False)
+    for k, text in doc["mapping"].items():
+        console.print(f"[dim]{k}:[/] {text}", highlight=False)
     console.print("cells: median |error| · p90 |error| · signed median, in % of the measured TPOT "
                   "(signed > 0: perfcast is slower than measured); n: rows predicted; approx.: rows whose "
                   "quantization is priced approximately")
