@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench validate setup gpu-loop
+.PHONY: demo test bench validate validate-serving setup gpu-loop
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -27,6 +27,9 @@ bench: $(STAMP)
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py
+
+validate-serving: $(STAMP)
+	$(VENV)/bin/python benchmarks/validate_targets.py
 
 # The GPU closed loop needs a CUDA GPU: this prints how to run it (docs/design/validation.md).
 gpu-loop:
