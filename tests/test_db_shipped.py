@@ -221,7 +221,7 @@ def test_mla_misses_say_why():
     db = load_database(find_database("h200-sxm"))
     miss = db.lookup(_mla_decode(64, 4095, rank=256))  # not DeepSeek's latent width
     assert isinstance(miss, Miss)
-    assert "GenerationAttention: the leaf has shared_kv 1; the table's rows are all at shared_kv 0" in miss.reason
+    assert "GenerationAttention[batch=64, heads=16, kv_heads=1, q_len=1, kv_len=4096, head_dim=320" in miss.reason
     assert "GenerationMLA[batch=64, heads=16, kv_heads=1, q_len=1, kv_len=4096, head_dim=320" in miss.reason
     vllm = load_database(find_database("h200-sxm", framework="vllm")).lookup(_mla_decode(64, 4095))
     assert isinstance(vllm, Miss) and "GenerationMLA" not in vllm.reason  # vLLM ships no MLA table

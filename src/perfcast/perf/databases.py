@@ -7,8 +7,8 @@ own). :func:`find_database` picks one directory:
 - ``path`` that holds an ``op_mapping.yaml`` is the database itself;
 - otherwise ``{path or the shipped root}/{device}/{framework}/{version}/``: the named framework
   (when ``framework`` is None, the first present of :data:`FRAMEWORK_ORDER`, then any other
-  by name) at the named version, or its newest (:func:`version_key`, release before its
-  pre-releases' successors: ``1.3.0rc20 < 1.3.0rc23 < 1.3.0 < 1.3.0.post1``).
+  by name) at the named version, or its newest (:func:`version_key`: release candidates before
+  their release, post-releases after — ``1.3.0rc20 < 1.3.0rc23 < 1.3.0 < 1.3.0.post1``).
 
 A combination that is not there is a one-line error naming what is.
 

@@ -17,11 +17,13 @@ from perfcast.ir.registry import Registry
 
 Features = dict[str, object]
 #: Features with a neutral value: a leaf that departs from it (an expert-parallel grouped GEMM,
-#: latent attention, skewed expert routing) misses a table that is not keyed on the feature,
-#: since the table's rows were all measured at the neutral value. ``moe_tp`` is not one:
-#: ``inter`` is already the per-device width, so a single-device row of that width runs the same
-#: GEMMs.
-NEUTRAL = {"moe_ep": 1, "shared_kv": 0, "routing": "balanced"}
+#: skewed expert routing) misses a table that is not keyed on the feature, since the table's rows
+#: were all measured at the neutral value. ``moe_tp`` is not one: ``inter`` is already the
+#: per-device width, so a single-device row of that width runs the same GEMMs. Nor is
+#: ``shared_kv``: a latent-attention leaf's widths (one KV head of rank + rope, V the latent)
+#: already tell its rows apart, and a table ``perfcast profile`` measured for that very leaf
+#: is not keyed on it.
+NEUTRAL = {"moe_ep": 1, "routing": "balanced"}
 
 #: Weight-only GEMM formats, keyed (weight dtype, activation dtype): the weights are stored
 #: narrow and widened to the activation dtype inside the kernel (TensorRT-LLM's
