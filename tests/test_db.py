@@ -17,6 +17,7 @@ from perfcast.db.aiconfigurator import import_aiconfigurator
 from perfcast.db.check import check_database, inspect
 from perfcast.ir import Tensor, UserError, make_leaf
 from perfcast.perf import Provenance
+from perfcast.perf.features import features
 from perfcast.perf.profiling import ProfilingDataSource
 
 HEAD = {"framework": "TRTLLM", "version": "1.0", "device": "NVIDIA TEST", "kernel_source": "torch_flow"}
@@ -267,6 +268,13 @@ def test_imported_database_prices_leaves(aic, tmp_path):
     assert src.lookup(_experts(dtype="fp8")).latency_us == pytest.approx(40.0)
     assert src.lookup(_experts(routing="power_law_1.01")).latency_us == pytest.approx(60.0)
     assert "routing=power_law_1.2" in src.lookup(_experts(routing="power_law_1.2")).reason
+
+
+def test_addmm_is_keyed_on_its_reduction_width():
+    """``addmm(bias, a, b)``: K is a's width (256), not the bias's (64): 16 x 256 @ 256 x 64."""
+    bias, a, b = Tensor("bias", (64,), "bf16"), Tensor("a", (16, 256), "bf16"), Tensor("b", (256, 64), "bf16")
+    leaf = make_leaf("matmul", "k_proj", (bias, a, b), (Tensor("c", (16, 64), "bf16"),), op="aten.addmm.default")
+    assert features(leaf) == {"M": 16, "N": 64, "K": 256, "dtype": "bf16"}
 
 
 def test_weight_only_and_block_fp8_gemms_select_their_rows(aic, tmp_path):

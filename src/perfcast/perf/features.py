@@ -65,10 +65,17 @@ def gemm_dtype(leaf: Leaf, weights) -> str:
     return compute
 
 
+#: Matmul ops whose first input is the added term (``addmm(bias, a, b)``, ``baddbmm(c, a, b)``,
+#: ATen's native_functions.yaml): the reduction width is the next input's.
+_ADDED_FIRST = ("addmm", "baddbmm")
+
+
 @register("matmul")
 def _matmul(leaf: Leaf) -> Features:
     out = leaf.outputs[0]
-    return {"M": _prod(out.shape[:-1]), "N": _int(out.shape[-1]), "K": _int(leaf.inputs[0].shape[-1]),
+    packet = str(leaf.attr("op") or "").removeprefix("torch.ops.").split(".")
+    a = leaf.inputs[1] if len(packet) > 1 and packet[1] in _ADDED_FIRST else leaf.inputs[0]
+    return {"M": _prod(out.shape[:-1]), "N": _int(out.shape[-1]), "K": _int(a.shape[-1]),
             "dtype": gemm_dtype(leaf, leaf.inputs[1:])}
 
 
