@@ -5,7 +5,8 @@ database; a database author (or an importer's test) wants the whole list. The ch
 loader's own (the same pydantic ``Mapping`` schema, :func:`~perfcast.perf.profiling.table_problems`
 per kernel table, :func:`~perfcast.perf.profiling.reference_problems` for the ops), so a
 database that checks clean loads. Collective tables under the mapping's ``communication``
-directory have no spec: every column but ``latency_us`` is taken as a key.
+directory have no spec: every column but the statistics (``latency_us``, ``std_us``, … and
+``kernel_source``) is taken as a key.
 """
 
 from __future__ import annotations
