@@ -21,6 +21,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py
+	$(VENV)/bin/python benchmarks/db_load.py
 	$(VENV)/bin/python benchmarks/loo_accuracy.py
 	$(VENV)/bin/python benchmarks/slow_rollup.py
 	$(VENV)/bin/python benchmarks/nccl_accuracy.py
