@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench validate setup
+.PHONY: demo test bench validate validate-serving setup gpu-loop
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -21,9 +21,22 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py
+	$(VENV)/bin/python benchmarks/db_load.py
 	$(VENV)/bin/python benchmarks/loo_accuracy.py
 	$(VENV)/bin/python benchmarks/slow_rollup.py
 	$(VENV)/bin/python benchmarks/nccl_accuracy.py
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py
+
+validate-serving: $(STAMP)
+	$(VENV)/bin/python benchmarks/validate_targets.py
+
+# The GPU closed loop needs a CUDA GPU: this prints how to run it (docs/design/validation.md).
+gpu-loop:
+	@echo "On a machine with a CUDA GPU (H100/H200/B200; others need --perfcast-device):"
+	@echo "  python benchmarks/gpu_closed_loop.py --out DIR   # 3 models x 8 steps, stops at --budget-s 360"
+	@echo "Anywhere, the same code on the CPU with tiny models:"
+	@echo "  python benchmarks/gpu_closed_loop.py --device cpu --tiny --threads 1"
+	@echo "On the device tool: the wheels to carry and the one command are in"
+	@echo "  docs/design/validation.md, section 'GPU closed loop'."

@@ -1,20 +1,23 @@
-"""Profiling databases: the aiconfigurator importer (on synthetic parquet tables laid out like
-aiconfigurator-core 0.12.0's, so no aiconfigurator is needed), ``db check``, and the shipped
-H200 database."""
+"""Profiling databases: the aiconfigurator importer's logic (on synthetic parquet tables laid
+out like aiconfigurator-core 0.12.0's, so no aiconfigurator is needed: versions, backward fill,
+row selection, kernel-source collisions) and ``db check``. Real slices and the shipped databases:
+``test_db_shipped.py``."""
 
 import csv
+import gzip
+import io
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-import perfcast
 from perfcast.cli.main import main
 from perfcast.db.aiconfigurator import import_aiconfigurator
 from perfcast.db.check import check_database, inspect
 from perfcast.ir import Tensor, UserError, make_leaf
 from perfcast.perf import Provenance
+from perfcast.perf.features import features
 from perfcast.perf.profiling import ProfilingDataSource
 
 HEAD = {"framework": "TRTLLM", "version": "1.0", "device": "NVIDIA TEST", "kernel_source": "torch_flow"}
@@ -38,9 +41,9 @@ def _moe(latency, tp=1, ep=1, dist="balanced", source="moe_torch_flow_cutlass", 
             "distribution": dist, "latency": latency}
 
 
-def _mla(isl, step):
-    return {"mla_dtype": "bfloat16", "kv_cache_dtype": "fp8", "num_heads": 16, "batch_size": 4,
-            "isl": isl, "tp_size": 8, "step": step, "latency": 0.02}
+def _mla(isl, step, source="default"):
+    return {"kernel_source": source, "mla_dtype": "bfloat16", "kv_cache_dtype": "fp8", "num_heads": 16,
+            "batch_size": 4, "isl": isl, "tp_size": 8, "step": step, "latency": 0.02}
 
 
 def _nccl(op, dtype, size, latency):
@@ -48,16 +51,22 @@ def _nccl(op, dtype, size, latency):
             "message_size": size, "latency": latency}
 
 
+def _gemm(dt, m, lat):
+    return {"op_name": "gemm", "gemm_dtype": dt, "m": m, "n": 32, "k": 64, "latency": lat}
+
+
 @pytest.fixture
 def aic(tmp_path):
-    """A fake installed aiconfigurator_core: one system, trtllm 1.0, NCCL 2.0 and 2.1."""
+    """A fake installed aiconfigurator_core: one system, trtllm 0.9 (custom all-reduce only),
+    1.0 (GEMM, attention, MoE, MLA) and 1.1 (quantize only: not a version), NCCL 2.0 and 2.1."""
     root = tmp_path / "site" / "aiconfigurator_core"
     (tmp_path / "site" / "aiconfigurator_core-0.12.0.dist-info").mkdir(parents=True)
-    gemm = lambda dt, m, lat: {"op_name": "gemm", "gemm_dtype": dt, "m": m, "n": 32, "k": 64, "latency": lat}
+    gemm = _gemm
     _write(root, "gemm/trtllm/1.0/gemm_perf.parquet", [
         gemm("bfloat16", 16, 0.01), gemm("bfloat16", 16, 0.03),  # a repeated key: median 20 µs
         gemm("bfloat16", 32, 0.05), gemm("fp8", 16, 0.008),
-        gemm("fp8_block", 16, 0.009),  # not a perfcast dtype: dropped
+        gemm("fp8_block", 16, 0.009), gemm("int4_wo", 16, 0.007),  # block-scaled fp8; weight-only w4a16
+        gemm("fp6", 16, 0.009),  # not a perfcast dtype: dropped
         gemm("bfloat16", 64, 0.0), gemm("bfloat16", 128, -1.0)])  # non-positive: dropped
     _write(root, "attention/trtllm/1.0/context_attention_perf.parquet", [
         _attn(4, 128, 0, 0.1), _attn(8, 128, 0, 0.2), _attn(8, 128, 0, 0.9, beam=2),
@@ -67,9 +76,16 @@ def aic(tmp_path):
     _write(root, "moe/trtllm/1.0/moe_perf.parquet", [
         _moe(0.05), _moe(0.04, dtype="fp8"), _moe(0.03, tp=2), _moe(0.03, ep=8),
         _moe(0.06, dist="power_law_1.01"), _moe(0.02, source="moe_torch_flow_nongated"),
-        _moe(0.02, source="moe_torch_flow", dtype="w4a16_mxfp4")])
+        _moe(0.02, source="moe_torch_flow", dtype="w4a16_mxfp4"),
+        _moe(0.01, source="moe_torch_flow_min_latency", dtype="nvfp4")])
     _write(root, "mla/trtllm/1.0/context_mla_perf.parquet", [_mla(256, 0)])
     _write(root, "mla/trtllm/1.0/generation_mla_perf.parquet", [_mla(1, 255)])
+    _write(root, "comm/trtllm/0.9/custom_allreduce_perf.parquet", [
+        {"op_name": "all_reduce", "kernel_source": "TRTLLM", "allreduce_dtype": "bfloat16", "num_gpus": 8,
+         "message_size": n, "latency": lat, "implementation": "trtllm"} for n, lat in ((1024, 0.004), (4096, 0.006))])
+    _write(root, "quantize/trtllm/1.1/scale_matrix_perf.parquet", [
+        {"op_name": "scale_matrix", "kernel_source": "torch_ops", "m": 16, "k": 64, "quant_dtype": "fp8",
+         "latency": 0.003}])
     _write(root, "comm/nccl/2.0/nccl_perf.parquet", [_nccl("all_reduce", "half", 1024, 9.0)])
     _write(root, "comm/nccl/2.1/nccl_perf.parquet", [
         _nccl("all_reduce", "half", 1024, 0.01), _nccl("all_reduce", "int8", 1024, 0.008),
@@ -78,8 +94,8 @@ def aic(tmp_path):
     return root
 
 
-def _imported(aic, out, **kw):
-    return import_aiconfigurator(aic, "test_sys", "trtllm", "1.0", out, "h200-sxm", **kw)
+def _imported(aic, out, version="1.0", **kw):
+    return import_aiconfigurator(aic, "test_sys", "trtllm", version, out, "h200-sxm", **kw)
 
 
 def _mm(m, k=64, n=32, dtype="bf16"):
@@ -94,14 +110,16 @@ def _attention(b, s, past, dtype="bf16", kv="bf16"):
                      past=past, window=0)
 
 
-def _experts(tokens=64, dtype="bf16"):
+def _experts(tokens=64, dtype="bf16", routing="balanced"):
     h, gu = Tensor("h", (tokens, 2048), dtype), Tensor("gu", (128, 2048, 2 * 768), dtype)
     d, i = Tensor("d", (128, 768, 2048), dtype), Tensor("i", (tokens, 8), "int64")
     return make_leaf("grouped_matmul", "moe", (h, gu, d, i), (h,), op="perfcast.moe_experts.default",
-                     num_experts=128, top_k=8)
+                     num_experts=128, top_k=8, routing=routing)
 
 
 def _csv(path: Path) -> list[dict]:
+    if path.name.endswith(".gz"):
+        return list(csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode())))
     with path.open() as f:
         return list(csv.DictReader(f))
 
@@ -110,36 +128,127 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
     got = _imported(aic, tmp_path / "db")
     root = tmp_path / "db" / "h200-sxm" / "trtllm" / "1.0"
     assert got["root"] == root and got["communication"] == tmp_path / "db" / "h200-sxm" / "nccl" / "2.1"
-    assert got["tables"] == {"MatMul": 3, "ContextAttention": 3, "GenerationAttention": 3,
-                             "GroupedMatMul": 4, "ContextMLA": 1, "GenerationMLA": 1}
+    assert got["tables"] == {"MatMul": 5, "ContextAttention": 3, "GenerationAttention": 3, "GroupedMatMul": 6,
+                             "GroupedMatMulMinLatency": 1, "ContextMLA": 1, "GenerationMLA": 1,
+                             "CustomAllReduce": 2}
     assert got["collectives"] == {"AllGather": 1, "AllReduce": 2, "AllToAll": 0, "ReduceScatter": 0}
-    assert _csv(root / "MatMul.csv")[0] == {"M": "16", "K": "64", "N": "32", "dtype": "bf16", "latency_us": "20"}
-    assert [r["q_len"] for r in _csv(root / "GenerationAttention.csv")] == ["1", "1", "1"]
-    assert {r["kv_len"] for r in _csv(root / "GenerationAttention.csv")} == {"128", "256"}
-    allreduce = _csv(got["communication"] / "AllReduce.csv")
+    assert _csv(root / "MatMul.csv.gz")[0] == {"M": "16", "K": "64", "N": "32", "dtype": "bf16", "latency_us": "20"}
+    assert {r["dtype"] for r in _csv(root / "MatMul.csv.gz")} == {"bf16", "fp8", "fp8_block", "w4a16"}
+    assert [r["q_len"] for r in _csv(root / "GenerationAttention.csv.gz")] == ["1", "1", "1"]
+    assert {r["kv_len"] for r in _csv(root / "GenerationAttention.csv.gz")} == {"128", "256"}
+    allreduce = _csv(got["communication"] / "AllReduce.csv.gz")
     assert [(r["dtype"], r["bytes"]) for r in allreduce] == [("fp16", "2048"), ("int8", "1024")]
     mapping = (root / "op_mapping.yaml").read_text()
-    assert "communication: ../../nccl/2.1" in mapping and "not mapped: ContextMLA, GenerationMLA" in mapping
+    assert "communication: ../../nccl/2.1" in mapping and "not mapped: GroupedMatMulMinLatency" in mapping
+    assert ("perfcast.attention.default: {category: attention_special, kernel_type: GenerationAttention, "
+            "alternate_kernel_types: [ContextAttention, GenerationMLA, ContextMLA]}") in mapping
+    assert ("custom_all_reduce: {category: communication, kernel_type: CustomAllReduce, "
+            "alternate_kernel_types: [AllReduce]}") in mapping
+    assert "custom_all_reduce_eager" not in mapping  # TensorRT-LLM's table has no eager rows
     manifest = yaml.safe_load((root / "MANIFEST.yaml").read_text())
-    assert manifest["source"]["package"] == "aiconfigurator-core"
+    assert manifest["source"]["package"] == "aiconfigurator-core" and manifest["source"]["version_choice"] == "given"
     assert manifest["source"]["package_version"] == "0.12.0" and manifest["source"]["licence"] == "Apache-2.0"
     mm = manifest["tables"]["MatMul"]
     assert (mm["rows_read"], mm["dropped_unknown_dtype"], mm["dropped_latency"], mm["merged_duplicates"],
-            mm["rows"]) == (7, 1, 2, 1, 3)
-    assert mm["unknown_dtypes_dropped"] == ["fp8_block"]
-    assert manifest["tables"]["GroupedMatMul"]["rows_selected"] == 5  # routing and gating filters
-    assert not (got["communication"] / "AllToAll.csv").exists()  # no rows left: not written
+            mm["rows"]) == (9, 1, 2, 1, 5)
+    assert mm["unknown_dtypes_dropped"] == ["fp6"] and mm["kernel_sources"] == {"torch_flow": 5}
+    assert (mm["framework"], mm["version"], mm["file"]) == ("trtllm", "1.0", "MatMul.csv.gz")
+    moe = manifest["tables"]["GroupedMatMul"]
+    # 8 rows: 1 non-gated dropped, 1 min-latency row to its own table, 6 kept (every distribution)
+    assert (moe["rows_read"], moe["dropped_nongated"], moe["rows_selected"], moe["rows"]) == (8, 1, 6, 6)
+    assert manifest["missing"] == {
+        "computescale_perf.parquet": "no quantize/trtllm/<version>/computescale_perf.parquet at 1.0 or older",
+        "scale_matrix_perf.parquet": "no quantize/trtllm/<version>/scale_matrix_perf.parquet at 1.0 or older "
+                                     "(only newer: 1.1; never filled forward)"}
+    assert not (got["communication"] / "AllToAll.csv.gz").exists()  # no rows left: not written
     assert check_database(tmp_path / "db") == []
+
+
+def test_version_default_and_backward_fill(aic, tmp_path):
+    """No version: the newest with GEMM and attention (1.0; 1.1 has only a quantize table). The
+    custom all-reduce exists only under 0.9: taken from there, and MANIFEST.yaml says so."""
+    got = _imported(aic, tmp_path / "db", version=None)
+    assert got["version"] == "1.0" and got["root"].name == "1.0"
+    manifest = yaml.safe_load((got["root"] / "MANIFEST.yaml").read_text())
+    assert manifest["source"]["version_choice"] == "the newest trtllm version with GEMM and attention tables (of 1.0)"
+    ar = manifest["tables"]["CustomAllReduce"]
+    assert ar["version"] == "0.9" and ar["source"].endswith("comm/trtllm/0.9/custom_allreduce_perf.parquet")
+    assert ar["version_note"].startswith("no custom_allreduce_perf.parquet under 1.0: taken from 0.9")
+    assert manifest["tables"]["MatMul"]["version"] == "1.0" and "version_note" not in manifest["tables"]["MatMul"]
+    # bytes = message_size (elements) x 2 (bf16)
+    assert [(r["devices"], r["bytes"], r["latency_us"]) for r in _csv(got["root"] / "CustomAllReduce.csv.gz")] == [
+        ("8", "2048", "4"), ("8", "8192", "6")]
+
+
+def test_reimport_replaces_the_tables(aic, tmp_path):
+    got = _imported(aic, tmp_path / "db", compress=False)
+    assert (got["root"] / "MatMul.csv").exists()
+    got = _imported(aic, tmp_path / "db")
+    assert not (got["root"] / "MatMul.csv").exists() and (got["root"] / "MatMul.csv.gz").exists()
+    assert not (got["communication"] / "AllReduce.csv").exists()
+    assert check_database(got["root"]) == []
+
+
+def test_gzip_tables_are_deterministic(aic, tmp_path):
+    one = _imported(aic, tmp_path / "a")["root"] / "GroupedMatMul.csv.gz"
+    two = _imported(aic, tmp_path / "b")["root"] / "GroupedMatMul.csv.gz"
+    assert one.read_bytes() == two.read_bytes()
+
+
+def test_mla_rows_take_the_form_their_kernel_ran(aic, tmp_path):
+    """TensorRT-LLM (``default``) prefill is expanded (per-head K/V, 192/128 wide); decode
+    absorbed (one latent head, 576/512, shared_kv). SGLang's Hopper FlashAttention MLA rows are
+    absorbed in both phases; a kernel source of unknown form is refused."""
+    root = _imported(aic, tmp_path / "db")["root"]
+    (ctx,) = _csv(root / "ContextMLA.csv.gz")
+    assert (ctx["heads"], ctx["kv_heads"], ctx["head_dim"], ctx["v_head_dim"], ctx["shared_kv"]) == (
+        "16", "16", "192", "128", "0")
+    (gen,) = _csv(root / "GenerationMLA.csv.gz")
+    assert (gen["heads"], gen["kv_heads"], gen["head_dim"], gen["v_head_dim"], gen["shared_kv"], gen["kv_len"]) == (
+        "16", "1", "576", "512", "1", "256")
+    _write(aic, "mla/trtllm/1.0/context_mla_perf.parquet", [_mla(256, 0, source="flash_attention")])
+    (ctx,) = _csv(_imported(aic, tmp_path / "db2")["root"] / "ContextMLA.csv.gz")
+    assert (ctx["kv_heads"], ctx["head_dim"], ctx["v_head_dim"], ctx["shared_kv"]) == ("1", "576", "512", "1")
+    _write(aic, "mla/trtllm/1.0/context_mla_perf.parquet", [_mla(256, 0, source="mystery_mla")])
+    with pytest.raises(UserError, match="MLA kernel source mystery_mla: no known MLA form"):
+        _imported(aic, tmp_path / "db3")
+
+
+def test_kernel_source_collisions(aic, tmp_path):
+    """Two kernels timing one key: SGLang's default (trtllm_mha on Blackwell) is kept and the
+    file records each row's kernel; a collision with no stated preference is an error."""
+    for rel in ("gemm/sglang/0.5/gemm_perf.parquet",):
+        _write(aic, rel, [_gemm("bfloat16", 16, 0.01)])
+    _write(aic, "attention/sglang/0.5/context_attention_perf.parquet", [
+        {**_attn(4, 128, 0, 0.1), "kernel_source": "trtllm_mha"}, {**_attn(4, 128, 0, 0.3), "kernel_source": "triton"},
+        {**_attn(8, 128, 0, 0.5), "kernel_source": "triton"}])
+    _write(aic, "attention/sglang/0.5/generation_attention_perf.parquet", [
+        {**_attn(8, 1, 127, 0.01), "kernel_source": "fa3"}, {**_attn(8, 1, 127, 0.02), "kernel_source": "triton"}])
+    with pytest.raises(UserError, match="GenerationAttention: 2 rows share keys across kernel sources fa3, triton"):
+        import_aiconfigurator(aic, "test_sys", "sglang", None, tmp_path / "db", "h200-sxm")
+    _write(aic, "attention/sglang/0.5/generation_attention_perf.parquet", [{**_attn(8, 1, 127, 0.01), "kernel_source": "fa3"}])
+    got = import_aiconfigurator(aic, "test_sys", "sglang", None, tmp_path / "db", "h200-sxm")
+    rows = _csv(got["root"] / "ContextAttention.csv.gz")
+    assert [(r["batch"], r["latency_us"], r["kernel_source"]) for r in rows] == [("4", "100", "trtllm_mha"),
+                                                                              ("8", "500", "triton")]
+    table = yaml.safe_load((got["root"] / "MANIFEST.yaml").read_text())["tables"]["ContextAttention"]
+    assert table["superseded_other_kernel"] == 1 and table["kernel_sources"] == {"trtllm_mha": 1, "triton": 1}
+    assert ProfilingDataSource(got["root"]).lookup(_attention(4, 128, 0)).latency_us == 100  # kernel_source: not a key
 
 
 def test_import_keeps_expert_split_rows_per_device(aic, tmp_path):
     """moe_tp 2 of inter_size 768: each device's experts are 384 wide; moe_ep rows keep their split."""
     root = _imported(aic, tmp_path / "db")["root"]
-    rows = {(r["moe_tp"], r["moe_ep"], r["dtype"]): (r["tokens"], r["inter"], r["experts"], r["latency_us"])
-            for r in _csv(root / "GroupedMatMul.csv")}
-    assert rows == {("1", "1", "bf16"): ("64", "768", "128", "50"), ("1", "1", "fp8"): ("64", "768", "128", "40"),
-                    ("2", "1", "bf16"): ("64", "384", "128", "30"), ("1", "8", "bf16"): ("64", "768", "128", "30")}
-    assert "keys: [tokens, hidden, inter, experts, top_k, moe_tp, moe_ep, dtype]" in (root / "op_mapping.yaml").read_text()
+    rows = {(r["moe_tp"], r["moe_ep"], r["routing"], r["dtype"]): (r["tokens"], r["inter"], r["experts"], r["latency_us"])
+            for r in _csv(root / "GroupedMatMul.csv.gz")}
+    assert rows == {("1", "1", "balanced", "bf16"): ("64", "768", "128", "50"),
+                    ("1", "1", "balanced", "fp8"): ("64", "768", "128", "40"),
+                    ("2", "1", "balanced", "bf16"): ("64", "384", "128", "30"),
+                    ("1", "8", "balanced", "bf16"): ("64", "768", "128", "30"),
+                    ("1", "1", "power_law_1.01", "bf16"): ("64", "768", "128", "60"),
+                    ("1", "1", "balanced", "w4a16_mxfp4"): ("64", "768", "128", "20")}
+    assert "keys: [tokens, hidden, inter, experts, top_k, moe_tp, moe_ep, routing, dtype]" in (
+        root / "op_mapping.yaml").read_text()
     selection = yaml.safe_load((root / "MANIFEST.yaml").read_text())["tables"]["GroupedMatMul"]["selection"]
     assert "collect_moe.py, run_moe_torch" in selection and "inter_size / moe_tp_size -> inter" in selection
 
@@ -157,6 +266,27 @@ def test_imported_database_prices_leaves(aic, tmp_path):
     assert src.lookup(_attention(8, 1, 191)).source is Provenance.INTERPOLATED  # kv_len 192 (sqrt)
     assert src.lookup(_experts()).latency_us == pytest.approx(50.0)
     assert src.lookup(_experts(dtype="fp8")).latency_us == pytest.approx(40.0)
+    assert src.lookup(_experts(routing="power_law_1.01")).latency_us == pytest.approx(60.0)
+    assert "routing=power_law_1.2" in src.lookup(_experts(routing="power_law_1.2")).reason
+
+
+def test_addmm_is_keyed_on_its_reduction_width():
+    """``addmm(bias, a, b)``: K is a's width (256), not the bias's (64): 16 x 256 @ 256 x 64."""
+    bias, a, b = Tensor("bias", (64,), "bf16"), Tensor("a", (16, 256), "bf16"), Tensor("b", (256, 64), "bf16")
+    leaf = make_leaf("matmul", "k_proj", (bias, a, b), (Tensor("c", (16, 64), "bf16"),), op="aten.addmm.default")
+    assert features(leaf) == {"M": 16, "N": 64, "K": 256, "dtype": "bf16"}
+
+
+def test_weight_only_and_block_fp8_gemms_select_their_rows(aic, tmp_path):
+    """A w4a16 leaf (int4 weights, bf16 compute) is the weight-only row, not the bf16 GEMM; a
+    block-scaled fp8 leaf (compute_dtype fp8_block) is not the per-tensor fp8 row."""
+    src = ProfilingDataSource(_imported(aic, tmp_path / "db")["root"])
+    a, w, c = Tensor("a", (16, 64), "bf16"), Tensor("w", (64, 32), "int4"), Tensor("c", (16, 32), "bf16")
+    assert src.lookup(make_leaf("matmul", "mm", (a, w), (c,), op="aten.mm.default")).latency_us == pytest.approx(7.0)
+    a8, w8 = Tensor("a", (16, 64), "fp8"), Tensor("w", (64, 32), "fp8")
+    block = make_leaf("matmul", "mm", (a8, w8), (c,), op="aten.mm.default", compute_dtype="fp8_block")
+    assert src.lookup(block).latency_us == pytest.approx(9.0)
+    assert src.lookup(_mm(16, dtype="fp8")).latency_us == pytest.approx(8.0)
 
 
 def test_prefill_never_matches_the_decode_table(aic, tmp_path):
@@ -167,17 +297,18 @@ def test_prefill_never_matches_the_decode_table(aic, tmp_path):
 
 def test_dtype_filter_and_nccl_version(aic, tmp_path):
     got = _imported(aic, tmp_path / "db", dtypes=["bf16"], nccl_version="2.0")
-    assert {r["dtype"] for r in _csv(got["root"] / "MatMul.csv")} == {"bf16"}
+    assert {r["dtype"] for r in _csv(got["root"] / "MatMul.csv.gz")} == {"bf16"}
     assert got["tables"]["GenerationAttention"] == 2 and got["tables"]["ContextMLA"] == 0
     assert "ContextMLA" not in (got["root"] / "op_mapping.yaml").read_text()
     assert check_database(got["root"]) == []
-    assert _csv(got["communication"] / "AllReduce.csv")[0]["latency_us"] == "9000"
+    assert _csv(got["communication"] / "AllReduce.csv.gz")[0]["latency_us"] == "9000"
     assert "dtype_filter" in yaml.safe_load((got["root"] / "MANIFEST.yaml").read_text())
 
 
 @pytest.mark.parametrize("system, version, message", [
     ("nope", "1.0", "no such system (have: test_sys)"),
-    ("test_sys", "9.9", "no trtllm 9.9 tables (versions: 1.0)"),
+    ("test_sys", "9.9", "no trtllm 9.9 tables with GEMM and attention (versions: 1.0)"),
+    ("test_sys", "1.1", "no trtllm 1.1 tables with GEMM and attention (versions: 1.0)"),
 ])
 def test_import_errors(aic, tmp_path, system, version, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -266,9 +397,11 @@ def test_cli_check_and_import(db, aic, tmp_path, capsys):
     assert main(["db", "check", str(db)]) == 2
     assert "latency_us must be positive" in capsys.readouterr().out
     assert main(["db", "import", "aiconfigurator", "--system", "test_sys", "--backend", "trtllm",
-                 "--version", "1.0", "--out", str(tmp_path / "out"), "--aic-root", str(aic)]) == 0
-    assert "GroupedMatMul: 4 rows" in capsys.readouterr().out
-    assert (tmp_path / "out" / "test-sys" / "trtllm" / "1.0" / "op_mapping.yaml").exists()
+                 "--out", str(tmp_path / "out"), "--aic-root", str(aic), "--uncompressed"]) == 0
+    out = capsys.readouterr().out
+    assert "GroupedMatMul: 6 rows" in out and "missing scale_matrix_perf.parquet" in out
+    assert (tmp_path / "out" / "test-sys" / "trtllm" / "1.0" / "MatMul.csv").exists()
+    assert main(["db", "check", str(tmp_path / "out")]) == 0
 
 
 def test_cli_import_without_aiconfigurator(monkeypatch, tmp_path, capsys):
@@ -279,29 +412,18 @@ def test_cli_import_without_aiconfigurator(monkeypatch, tmp_path, capsys):
     assert "pip install aiconfigurator-core==0.12.0" in err and err.count("\n") == 1
 
 
-# ---- the shipped H200 database --------------------------------------------------------------
-
-SHIPPED = Path(perfcast.__file__).parent / "data" / "profiling" / "h200-sxm" / "trtllm" / "1.3.0rc20"
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    return ProfilingDataSource(SHIPPED)
-
-
-def test_shipped_database_checks_clean():
-    report = inspect(SHIPPED.parent.parent)
-    assert report.problems == [] and report.tables == 10 and report.rows > 200_000
-    manifest = yaml.safe_load((SHIPPED / "MANIFEST.yaml").read_text())
-    assert manifest["source"]["licence"] == "Apache-2.0" and manifest["source"]["system"] == "h200_sxm"
-
-
-def test_shipped_gemm_row_round_trips(shipped):
-    row = next(r for r in _csv(SHIPPED / "MatMul.csv") if r["dtype"] == "bf16" and int(r["M"]) >= 1024)
-    r = shipped.lookup(_mm(int(row["M"]), int(row["K"]), int(row["N"])))
-    assert r.source is Provenance.MEASURED and r.latency_us == float(row["latency_us"])
-
-
-def test_shipped_decode_attention_is_measured(shipped):
-    r = shipped.lookup(_attention(8, 1, 1023))
-    assert r.source is Provenance.MEASURED and r.note == "GenerationAttention: exact"
+def test_check_and_load_gzip_tables(db, tmp_path):
+    """Tables may be gzip-compressed (``*.csv.gz``): loaded, checked and counted alike; a table
+    present in both forms is a problem, never a silent choice."""
+    for path in (db / "MatMul.csv", tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv"):
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    (db / "op_mapping.yaml").write_text(MAPPING.replace("file: MatMul.csv", "file: MatMul.csv.gz"))
+    report = inspect(tmp_path)
+    assert report.problems == [] and (report.tables, report.rows) == (3, 4)
+    src = ProfilingDataSource(db)
+    assert src.lookup(_mm(1536, k=4096, n=4096)).latency_us == pytest.approx(70.0)  # 50 + 40 * 512/1024
+    assert sorted(src.tables) == ["AllReduce", "MatMul", "Mul"]
+    (tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
+    problems = check_database(db)
+    assert len(problems) == 1 and "table AllReduce is both AllReduce.csv and AllReduce.csv.gz; keep one" in problems[0]

@@ -128,10 +128,11 @@ def shipped():
 
 
 def _row(**key) -> float:
-    import csv
+    import pandas as pd
 
-    with (SHIPPED / "GroupedMatMul.csv").open() as f:
-        (hit,) = [r for r in csv.DictReader(f) if all(r[k] == str(v) for k, v in key.items())]
+    df = pd.read_csv(SHIPPED / "GroupedMatMul.csv.gz", dtype=str)
+    match = (df[list(key)] == pd.Series({k: str(v) for k, v in key.items()})).all(axis=1)
+    (hit,) = df[match].to_dict("records")
     return float(hit["latency_us"])
 
 
@@ -142,22 +143,31 @@ def test_shipped_qwen3_30b_a3b_tp4_ep4_grouped_gemm_is_measured(shipped):
     r = shipped.lookup(experts(256, ep=4, share=sympy.Rational(1, 4), **QWEN3_30B))
     assert r.source is Provenance.MEASURED and r.note == "GroupedMatMul: exact"
     assert r.latency_us == _row(tokens=256, hidden=2048, inter=768, experts=128, top_k=8, moe_tp=1, moe_ep=4,
-                                dtype="bf16")
+                                routing="balanced", dtype="bf16")
     # attention-DP over 4 ranks of 64 tokens each: the same row
     assert shipped.lookup(experts(64, ep=4, share=1, dispatched=True, **QWEN3_30B)).latency_us == r.latency_us
     # tp 4, ep 2: moe_tp 2, experts 384 wide per device
     r2 = shipped.lookup(experts(256, ep=2, share=sympy.Rational(1, 2), moe_tp=2, **QWEN3_30B))
     assert r2.source is Provenance.MEASURED
     assert r2.latency_us == _row(tokens=256, hidden=2048, inter=384, experts=128, top_k=8, moe_tp=2, moe_ep=2,
-                                 dtype="bf16")
+                                 routing="balanced", dtype="bf16")
 
 
-def test_shipped_deepseek_v3_experts_are_fp8_block_only(shipped):
+def test_shipped_deepseek_v3_experts_are_measured_in_fp8_block_only(shipped):
     """DeepSeek-V3's routed experts (7168 / 2048 / 256 / top 8) are measured only in block-scaled
-    FP8, which the importer drops: a bf16 leaf misses with the key it asked for."""
-    miss = shipped.lookup(experts(256, ep=8, share=sympy.Rational(1, 8), hidden=7168, inter=2048, num_experts=256,
-                                  top_k=8))
-    assert isinstance(miss, Miss) and "hidden=7168, inter=2048, experts=256, top_k=8, moe_tp=1, moe_ep=8" in miss.reason
+    FP8 (``fp8_block``, kept apart from per-tensor ``fp8``): a bf16 or fp8 leaf misses with the key
+    it asked for; a leaf computing in fp8_block hits the measured row."""
+    deepseek = dict(ep=8, share=sympy.Rational(1, 8), hidden=7168, inter=2048, num_experts=256, top_k=8)
+    miss = shipped.lookup(experts(256, **deepseek))
+    assert isinstance(miss, Miss)
+    assert "hidden=7168, inter=2048, experts=256, top_k=8, moe_tp=1, moe_ep=8, routing=balanced, dtype=bf16" in miss.reason
+    assert isinstance(shipped.lookup(experts(256, dtype="fp8", **deepseek)), Miss)
+    leaf = experts(256, dtype="fp8", **deepseek)
+    block = make_leaf(leaf.kind, leaf.name, leaf.inputs, leaf.outputs, **{**dict(leaf.attrs), "compute_dtype": "fp8_block"})
+    r = shipped.lookup(block)
+    assert r.source is Provenance.MEASURED and r.latency_us == _row(
+        tokens=256, hidden=7168, inter=2048, experts=256, top_k=8, moe_tp=1, moe_ep=8, routing="balanced",
+        dtype="fp8_block")
 
 
 def test_qwen3_30b_a3b_at_tp4_ep4_prices_its_grouped_gemm_from_the_table():

@@ -114,3 +114,75 @@ def test_cli_writes_a_database(tmp_path, capsys):
                 "--query-length", "4", "--repeats", "1", "--quiet") == 0
     root = Path(capsys.readouterr().out.strip())
     assert (root / "op_mapping.yaml").exists() and (root / "MANIFEST.yaml").exists()
+
+
+# Collector timing and L2 policy (CPU-only; a fake backend stands in for CUDA) ------------------
+def test_weight_copies_cover_the_rotation_bytes():
+    from perfcast.profiler.kernels import MAX_COPIES, copies_for
+
+    mib = 2**20
+    assert copies_for(32 * mib, 120 * mib) == 4  # a 4096x4096 bf16 weight against 2 x 60 MB of L2: ceil(120/32)
+    assert copies_for(2**30, 120 * mib) == 1  # an lm_head larger than the rotation: one copy
+    assert copies_for(32 * mib, 0) == 1 and copies_for(1, 10**12) == MAX_COPIES
+
+
+def test_matmul_builder_cycles_its_weight_copies():
+    import torch
+
+    from perfcast.ir import Tensor, make_leaf
+    from perfcast.profiler.kernels import build
+
+    a, w, c = Tensor("a", (4, 64), "fp32"), Tensor("w", (64, 32), "fp32"), Tensor("c", (4, 32), "fp32")
+    leaf = make_leaf("matmul", "mm", (a, w), (c,), op="aten.mm.default")
+    fn, how = build(leaf, "cpu", rotate_bytes=3 * 32 * 64 * 4)  # three copies of the 8 KiB weight
+    assert how == "matmul, 3 weight copies"
+    outs = [fn() for _ in range(4)]
+    assert not torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[3])  # copy 0, 1, 2, then 0 again
+    assert build(leaf, "cpu")[1] == "matmul"
+
+
+class _FakeCuda:
+    """A CUDA-like backend: a call of the raw kernel costs 2 µs back to back, a graph replay of
+    ``calls`` calls costs 1.5 µs per call (no host launches)."""
+
+    kind, graphs, l2_bytes = "cuda", True, 60 * 2**20
+
+    def time(self, fn, *, warmup=3, repeats=10, min_time_s=0.0, max_samples=1000, calls=1, before=None):
+        per_call = 1.5e-6 * fn.calls if getattr(fn, "calls", None) else 2e-6
+        return [per_call] * repeats
+
+    def capture(self, fn, *, calls=1, warmup=3, before=None):
+        def replay():
+            pass
+        replay.calls = calls
+        return replay
+
+
+def test_measure_back_to_back_and_graph_replay():
+    from perfcast.profiler.collect import Options, measure, rotate_bytes
+
+    events = measure(lambda: None, _FakeCuda(), Options(repeats=3))
+    assert events["latency_us"] == pytest.approx(2.0)
+    assert events["timing"] == "events, 100 back-to-back call(s) per sample"  # ceil(200 µs / 2 µs)
+    graph = measure(lambda: None, _FakeCuda(), Options(repeats=3, timing="graph"))
+    assert graph["latency_us"] == pytest.approx(1.5) and graph["timing"] == "graph replay of 100 call(s) per sample"
+    assert rotate_bytes(_FakeCuda(), Options()) == 2 * 60 * 2**20 and rotate_bytes(_FakeCuda(), Options(rotate_bytes=0)) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--timing", "graph"], "--timing graph: needs a CUDA device"),
+    (["--rotate-bytes", "-1"], "--rotate-bytes must be non-negative"),
+])
+def test_collector_options_that_cannot_apply(tmp_path, argv, message):
+    import json
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(TINY))
+    with pytest.raises(UserError, match=message):
+        _run(str(cfg), "--device-name", "cpu-local", "--torch-device", "cpu", "--out", str(tmp_path / "db"), *argv)
+
+
+def test_dtype_defaults_to_fp32_on_a_cpu(database):
+    manifest = yaml.safe_load((database / "MANIFEST.yaml").read_text())
+    assert manifest["timing"] == "time.perf_counter per call" and manifest["l2"].startswith("no rotation")
+    assert manifest["profiled"][0]["dtype"] == "fp32" and manifest["profiled"][0]["timing"] == "events"

@@ -1,12 +1,15 @@
-"""``perfcast db``: build and check profiling databases.
+"""``perfcast db``: list, import and check profiling databases.
 
-``perfcast db import aiconfigurator`` converts the measured kernel tables shipped in the
-``aiconfigurator-core`` package (Apache-2.0; data only) into perfcast's format;
+``perfcast db list`` shows the shipped databases (or those under ``--dir``) with their kernel
+types and row counts; ``perfcast db import aiconfigurator`` converts the measured kernel tables
+shipped in the ``aiconfigurator-core`` package (Apache-2.0; data only) into perfcast's format;
 ``perfcast db check DIR`` lists every problem in a database.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from perfcast.ir import UserError
@@ -15,14 +18,20 @@ AIC_PIN = "aiconfigurator-core==0.12.0"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("db", help="import and check profiling databases")
+    p = sub.add_parser("db", help="list, import and check profiling databases")
     dbsub = p.add_subparsers(dest="db_command", required=True, parser_class=type(p))
+    lst = dbsub.add_parser("list", help="the shipped profiling databases (device, framework, version, tables)")
+    lst.add_argument("--dir", type=Path, help="list the databases under this root instead of the shipped ones")
+    lst.add_argument("--device", help="only this device's databases")
+    lst.add_argument("--json", action="store_true", help="print JSON")
+    lst.set_defaults(run=run_list)
     imp = dbsub.add_parser("import", help="import measured kernel tables from another tool")
     src = imp.add_subparsers(dest="source", required=True, parser_class=type(p))
     aic = src.add_parser("aiconfigurator", help="from the aiconfigurator-core package's tables")
     aic.add_argument("--system", required=True, help="aiconfigurator system, e.g. h200_sxm")
     aic.add_argument("--backend", required=True, help="framework directory, e.g. trtllm")
-    aic.add_argument("--version", required=True, help="framework version, e.g. 1.3.0rc20")
+    aic.add_argument("--version", help="framework version, e.g. 1.3.0rc20 (default: the newest with GEMM "
+                                       "and attention tables)")
     aic.add_argument("--out", required=True, type=Path, help="database root to write under")
     aic.add_argument("--device", help="perfcast device name (default: the system with - for _)")
     aic.add_argument("--aic-root", type=Path,
@@ -30,10 +39,42 @@ def add_parser(sub) -> None:
     aic.add_argument("--nccl-version", help="NCCL table version (default: the newest)")
     aic.add_argument("--dtype", action="append", dest="dtypes", metavar="DTYPE",
                      help="keep only rows in this perfcast dtype (repeatable; default: all known)")
+    aic.add_argument("--uncompressed", action="store_true",
+                     help="write plain .csv tables (default: gzip-compressed .csv.gz)")
     aic.set_defaults(run=run_import)
     chk = dbsub.add_parser("check", help="list every problem in a profiling database")
     chk.add_argument("dir", type=Path, help="a directory with op_mapping.yaml, or a tree of them")
     chk.set_defaults(run=run_check)
+
+
+def run_list(args) -> int:
+    from perfcast.db.listing import list_databases
+
+    if args.dir is not None and not args.dir.is_dir():
+        raise UserError(f"--dir {args.dir}: not a directory")
+    rows = list_databases(args.dir, args.device)
+    if not rows:
+        where = f"under {args.dir}" if args.dir else "shipped"
+        raise UserError(f"no profiling databases {where}" + (f" for {args.device}" if args.device else ""))
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Profiling databases")
+    for col in ("device", "framework", "version", "kernel types (rows)", "collectives (rows)", "source"):
+        t.add_column(col)
+    for r in rows:
+        comm = r.get("communication")
+        t.add_row(r["device"], r["framework"], r["version"],
+                  ", ".join(f"{k} {n:,}" for k, n in r["kernels"].items()),
+                  f"{Path(comm['path']).parent.name} {Path(comm['path']).name}: "
+                  + ", ".join(f"{k} {n:,}" for k, n in comm["tables"].items()) if comm else "none",
+                  r.get("source", "—"))
+    Console(width=max(160, Console().width)).print(t)
+    return 0
 
 
 def run_import(args) -> int:
@@ -45,10 +86,13 @@ def run_import(args) -> int:
                         f"(pip install {AIC_PIN})")
     device = args.device or args.system.replace("_", "-")
     got = import_aiconfigurator(root, args.system, args.backend, args.version, args.out, device,
-                                dtypes=args.dtypes, nccl_version=args.nccl_version)
+                                dtypes=args.dtypes, nccl_version=args.nccl_version,
+                                compress=not args.uncompressed)
     print(f"wrote {got['root']}")
     for name, rows in got["tables"].items():
         print(f"  {name}: {rows} rows")
+    for name, why in got["missing"].items():
+        print(f"  missing {name}: {why}")
     if got["communication"] is not None:
         print(f"wrote {got['communication']}")
         for name, rows in got["collectives"].items():

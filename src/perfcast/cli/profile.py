@@ -24,14 +24,22 @@ def add_parser(sub) -> None:
                    help="new tokens per sequence in prefill (default 128)")
     p.add_argument("--context-length", type=int, default=0, help="tokens already in the KV cache")
     p.add_argument("--decode", action="store_true", help="profile one decode step (default: prefill)")
-    p.add_argument("--dtype", default="fp32", choices=("bf16", "fp16", "fp32"),
-                   help="model dtype (default fp32: what runs well on a CPU)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="model dtype (default: bf16 on a CUDA device, fp32 on a CPU — what each runs well)")
     p.add_argument("--engine", default="eager", metavar="NAME",
                    help="profile the kernels this engine profile runs (default eager: one torch kernel per "
                         "captured op, what this collector runs faithfully; see `perfcast engines`)")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--repeats", type=int, default=10, help="timed samples per kernel, at least (default 10)")
     p.add_argument("--torch-device", metavar="DEV", help="torch device (default: cuda if present, else cpu)")
+    p.add_argument("--timing", default="events", choices=("events", "graph"),
+                   help="CUDA: events = back-to-back calls between CUDA events, host launch gaps included "
+                        "(as an eager step runs them; default); graph = replays of a CUDA graph of those "
+                        "calls (device time only)")
+    p.add_argument("--rotate-bytes", type=int, metavar="BYTES",
+                   help="cycle each kernel's weights (GEMM weights, K/V, expert weights) through copies of "
+                        "at least this many bytes, so they are read from memory, not cache (default: twice "
+                        "the GPU's L2 on CUDA, 0 on a CPU)")
     p.add_argument("--quiet", action="store_true", help="print only the database directory")
     p.set_defaults(run=run)
 
@@ -46,20 +54,11 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
-    device = args.torch_device
-    if device is not None:
-        import torch
-
-        try:
-            dev = torch.device(device)
-        except RuntimeError as e:
-            raise UserError(f"--torch-device {device!r}: {str(e).splitlines()[0]}") from None
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise UserError(f"--torch-device {device}: CUDA is not available on this machine")
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     root = profile_model(model, out, args.device_name, num_queries=args.num_queries,
                          query_length=args.query_length, context_length=args.context_length,
                          decode=args.decode, dtype=args.dtype, engine=args.engine,
-                         repeats=args.repeats, device=device, progress=progress)
+                         repeats=args.repeats, device=args.torch_device, timing=args.timing,
+                         rotate_bytes=args.rotate_bytes, progress=progress)
     print(root)
     return 0

@@ -1,1 +1,2 @@
-"""Data shipped with perfcast: profiling databases (``profiling/``)."""
+"""Data shipped with perfcast: profiling databases (``profiling/``) and the measured serving runs
+``perfcast validate`` compares against (``validation/``)."""

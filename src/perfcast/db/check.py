@@ -5,7 +5,8 @@ database; a database author (or an importer's test) wants the whole list. The ch
 loader's own (the same pydantic ``Mapping`` schema, :func:`~perfcast.perf.profiling.table_problems`
 per kernel table, :func:`~perfcast.perf.profiling.reference_problems` for the ops), so a
 database that checks clean loads. Collective tables under the mapping's ``communication``
-directory have no spec: every column but ``latency_us`` is taken as a key.
+directory have no spec: every column but the statistics (``latency_us``, ``std_us``, … and
+``kernel_source``) is taken as a key.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from perfcast.hardware.spec import SpecError, error_messages, read_yaml
+from perfcast.perf.databases import table_files
 from perfcast.perf.profiling import STATISTICS, KernelSpec, Mapping, reference_problems, table_problems
 
 
@@ -82,9 +84,19 @@ def _check_mapping(path: Path, report: Report) -> Path | None:
     if comm is not None and not comm.is_dir():
         report.problems.append(f"{path}: key 'communication': {mapping.communication} is not a directory")
         comm = None
-    collectives = [c.stem for c in sorted(comm.glob("*.csv"))] if comm is not None else []
+    collectives = list(_tables(comm) or {}) if comm is not None else []  # problems: _check_collectives
     report.problems += reference_problems(mapping, path, collectives)
     return comm
+
+
+def _tables(directory: Path, report: Report | None = None) -> dict[str, Path] | None:
+    """The directory's tables, or None (the problem recorded in ``report``, if given)."""
+    try:
+        return table_files(directory)
+    except SpecError as e:
+        if report is not None:
+            report.problems.append(str(e))
+        return None
 
 
 def _check_kernels_of_invalid(path: Path, kernels, report: Report) -> None:
@@ -102,10 +114,12 @@ def _check_kernels_of_invalid(path: Path, kernels, report: Report) -> None:
 def _check_collectives(comm: Path, report: Report) -> None:
     import pandas as pd
 
-    csvs = sorted(comm.glob("*.csv"))
+    csvs = _tables(comm, report)
+    if csvs is None:
+        return
     if not csvs:
-        report.problems.append(f"{comm}: no collective tables (*.csv)")
-    for csv in csvs:
+        report.problems.append(f"{comm}: no collective tables (*.csv, *.csv.gz)")
+    for name, csv in csvs.items():
         try:
             columns = list(pd.read_csv(csv, nrows=0).columns)
         except Exception as e:  # pandas raises many types for malformed files
@@ -115,4 +129,4 @@ def _check_collectives(comm: Path, report: Report) -> None:
         if not keys:
             report.problems.append(f"{csv}: no key columns besides latency_us")
             continue
-        _add(report, *table_problems(comm, csv.stem, KernelSpec(file=csv.name, keys=keys)))
+        _add(report, *table_problems(comm, name, KernelSpec(file=csv.name, keys=keys)))

@@ -16,11 +16,20 @@ from perfcast.ir import Leaf
 from perfcast.ir.registry import Registry
 
 Features = dict[str, object]
-#: Features with a neutral value: a leaf that departs from it (an expert-parallel grouped GEMM)
-#: misses a table that is not keyed on the feature, since the table's rows were all measured at
-#: the neutral value. ``moe_tp`` is not one: ``inter`` is already the per-device width, so a
-#: single-device row of that width runs the same GEMMs.
-NEUTRAL = {"moe_ep": 1}
+#: Features with a neutral value: a leaf that departs from it (an expert-parallel grouped GEMM,
+#: skewed expert routing) misses a table that is not keyed on the feature, since the table's rows
+#: were all measured at the neutral value. ``moe_tp`` is not one: ``inter`` is already the
+#: per-device width, so a single-device row of that width runs the same GEMMs. Nor is
+#: ``shared_kv``: a latent-attention leaf's widths (one KV head of rank + rope, V the latent)
+#: already tell its rows apart, and a table ``perfcast profile`` measured for that very leaf
+#: is not keyed on it.
+NEUTRAL = {"moe_ep": 1, "routing": "balanced"}
+
+#: Weight-only GEMM formats, keyed (weight dtype, activation dtype): the weights are stored
+#: narrow and widened to the activation dtype inside the kernel (TensorRT-LLM's
+#: WeightOnlyQuantMatmul, vLLM/SGLang Marlin), a kernel of its own — not a 16-bit GEMM.
+WEIGHT_ONLY = {("int4", "bf16"): "w4a16", ("int4", "fp16"): "w4a16",
+               ("int8", "bf16"): "w8a16", ("int8", "fp16"): "w8a16"}
 _FEATURES: Registry[Callable[[Leaf], Features]] = Registry("features for leaf kind")
 register = _FEATURES.register
 
@@ -45,11 +54,29 @@ def features(leaf: Leaf) -> Features:
     return fn(leaf)
 
 
+def gemm_dtype(leaf: Leaf, weights) -> str:
+    """The GEMM format a table row is keyed on: the compute dtype (``bf16``, ``fp8``, ``fp4``,
+    ``int8`` …), or a weight-only format (``w4a16``, ``w8a16``) when ``weights`` are stored
+    narrower than the activations the kernel computes in."""
+    compute = leaf.dtype
+    for w in weights:
+        if (w.dtype, compute) in WEIGHT_ONLY:
+            return WEIGHT_ONLY[(w.dtype, compute)]
+    return compute
+
+
+#: Matmul ops whose first input is the added term (``addmm(bias, a, b)``, ``baddbmm(c, a, b)``,
+#: ATen's native_functions.yaml): the reduction width is the next input's.
+_ADDED_FIRST = ("addmm", "baddbmm")
+
+
 @register("matmul")
 def _matmul(leaf: Leaf) -> Features:
     out = leaf.outputs[0]
-    return {"M": _prod(out.shape[:-1]), "N": _int(out.shape[-1]), "K": _int(leaf.inputs[0].shape[-1]),
-            "dtype": leaf.dtype}
+    packet = str(leaf.attr("op") or "").removeprefix("torch.ops.").split(".")
+    a = leaf.inputs[1] if len(packet) > 1 and packet[1] in _ADDED_FIRST else leaf.inputs[0]
+    return {"M": _prod(out.shape[:-1]), "N": _int(out.shape[-1]), "K": _int(a.shape[-1]),
+            "dtype": gemm_dtype(leaf, leaf.inputs[1:])}
 
 
 @register("attention")
@@ -59,7 +86,7 @@ def _attention(leaf: Leaf) -> Features:
     return {"batch": _int(q.shape[0]), "heads": _int(q.shape[1]), "kv_heads": _int(k.shape[1]),
             "q_len": s, "kv_len": past + s, "head_dim": _int(q.shape[-1]),
             "v_head_dim": _int(v.shape[-1]), "window": int(leaf.attr("window") or 0),
-            "dtype": leaf.dtype, "kv_dtype": k.dtype}
+            "dtype": leaf.dtype, "kv_dtype": k.dtype, "shared_kv": int(bool(leaf.attr("shared_kv")))}
 
 
 @register("grouped_matmul")
@@ -74,7 +101,8 @@ def _grouped(leaf: Leaf) -> Features:
     1/ep); with attention data parallelism (share 1/tp, ``ep = tp·dp``) ``T·dp``, the tokens of
     all data-parallel ranks — what TensorRT-LLM's MoE gets after gathering them, and what
     aiconfigurator prices an attention-DP MoE at. ``token_share`` is thereby folded into
-    ``tokens`` rather than being a key of its own."""
+    ``tokens`` rather than being a key of its own. ``routing`` is the leaf's routing assumption
+    (``balanced`` unless it says otherwise), matched against the measured token distribution."""
     hidden, gate_up = leaf.inputs[:2]
     experts, d = int(leaf.attr("num_experts")), _int(hidden.shape[-1])
     ep = int(leaf.attr("expert_shards") or 1)
@@ -84,8 +112,9 @@ def _grouped(leaf: Leaf) -> Features:
         raise ValueError(f"{rows} tokens x token share {leaf.attr('token_share')} x {ep} expert shards = "
                          f"{tokens} is not a whole number of routed tokens")
     return {"tokens": int(tokens), "hidden": d, "inter": _int(gate_up.numel) // experts // d // 2,
-            "experts": experts, "top_k": int(leaf.attr("top_k")), "dtype": leaf.dtype,
-            "moe_tp": int(leaf.attr("expert_tp") or 1), "moe_ep": ep}
+            "experts": experts, "top_k": int(leaf.attr("top_k")), "dtype": gemm_dtype(leaf, leaf.inputs[1:3]),
+            "moe_tp": int(leaf.attr("expert_tp") or 1), "moe_ep": ep,
+            "routing": str(leaf.attr("routing") or "balanced")}
 
 
 def _elementwise(leaf: Leaf) -> Features:

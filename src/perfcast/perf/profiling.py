@@ -2,8 +2,9 @@
 
 Layout: ``{device}/{framework}/{framework-and-library-versions}/`` holds compute kernels and the
 mapping; collectives live in ``{device}/{comm-library}/{version}/`` and are reused across
-framework versions (the mapping's ``communication`` entry points there). The schema is
-documented in ``docs/design/profiling.md``.
+framework versions (the mapping's ``communication`` entry points there). Tables are ``.csv`` or
+gzip-compressed ``.csv.gz``. The schema is documented in ``docs/design/profiling.md``; finding a
+database (device, framework, version) is :mod:`perfcast.perf.databases`.
 
 Lookup of a leaf: its op name (``torch.ops.`` stripped) selects a mapping entry; its category
 picks the path, in the design's dispatch order — composite, communication, attention_special,
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
 from perfcast.ir import Leaf, itemsize
+from perfcast.perf.databases import find_database, shipped_root, table_files  # noqa: F401  (re-exported)
 from perfcast.perf.empirical import DataSource, Miss, QueryResult
 from perfcast.perf.features import NEUTRAL, features
 from perfcast.perf.model import Provenance
@@ -58,33 +60,6 @@ class Mapping(_Strict):
     ops: dict[str, OpEntry]
 
 
-def shipped_root() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("perfcast") / "data" / "profiling"))
-
-
-def find_database(device: str, path: str | Path | None = None, framework: str | None = None,
-                  version: str | None = None) -> Path:
-    """The database directory for ``device``: ``path`` itself if it holds op_mapping.yaml, else
-    ``{path}/{device}/{framework}/{version}/`` — of the given framework and version (an engine
-    profile's) when named, else the newest by name — with the shipped databases as the default
-    ``path``."""
-    root = Path(path) if path is not None else shipped_root()
-    if (root / "op_mapping.yaml").exists():
-        return root
-    pattern = f"{framework or '*'}/{version or '*'}/op_mapping.yaml"
-    found = sorted((root / device).glob(pattern)) if (root / device).is_dir() else []
-    if not found:
-        where = f"under {root}" if path is not None else "shipped with perfcast"
-        which = f": the {framework or ''} {version or ''} one the engine profile names".replace("  ", " ") \
-            if framework or version else ""
-        raise SpecError(f"no profiling database for {device} {where} (expected "
-                        f"{root}/{device}/{framework or '<framework>'}/{version or '<version>'}/op_mapping.yaml"
-                        f"{which}); pass --profiling-database DIR")
-    return found[-1].parent
-
-
 @lru_cache(maxsize=8)
 def load_database(root: Path) -> "ProfilingDataSource":
     """A database loaded once per process (its tables are read-only once loaded), so pricing
@@ -106,20 +81,25 @@ def load_table(root: Path, name: str, spec: KernelSpec) -> KernelTable:
 
 
 def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable | None, list[str]]:
-    """Read one kernel's CSV and collect every problem (missing file or columns, non-positive or
-    non-numeric latencies, repeated keys) instead of stopping at the first; the table is None
-    when there is any. ``perfcast db check`` reports them all; loading raises on the first."""
+    """Read one kernel's CSV (plain or gzip) and collect every problem (missing file or columns,
+    non-positive or non-numeric latencies, repeated keys) instead of stopping at the first; the
+    table is None when there is any. ``perfcast db check`` reports them all; loading raises on
+    the first. Only the key columns and ``latency_us`` are parsed (a ``kernel_source`` or
+    statistics column is the file's, not the lookup's)."""
     import pandas as pd
 
     path = root / spec.file
     if not path.exists():
         return None, [f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing"]
     try:
-        df = pd.read_csv(path, dtype={"shape": str, "dtype": str, "kv_dtype": str})  # "1000" is a shape, not a number
+        header = list(pd.read_csv(path, nrows=0).columns)
+        wanted = [c for c in (*spec.keys, "latency_us") if c in header]
+        # "1000" is a shape, not a number; a dtype or routing name is text
+        df = pd.read_csv(path, usecols=wanted, dtype={c: str for c in TEXT_COLUMNS if c in wanted})
     except Exception as e:  # pandas raises many types for malformed files
         return None, [f"{path}: cannot read as CSV ({e})"]
     problems = [f"{path}: missing column {c!r} (expected {', '.join(spec.keys)}, latency_us)"
-                for c in (*spec.keys, "latency_us") if c not in df.columns]
+                for c in (*spec.keys, "latency_us") if c not in header]
     if "latency_us" in df.columns:
         latency = pd.to_numeric(df["latency_us"], errors="coerce")
         bad = df.index[~(latency > 0)]
@@ -128,8 +108,8 @@ def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable
             problems.append(f"{path}: line {int(bad[0]) + 2}: latency_us must be positive{more}")
     if problems:
         return None, problems
-    keys = [tuple(_cell(v) for v in r) for r in df[list(spec.keys)].itertuples(index=False, name=None)]
-    rows = dict(zip(keys, latency.astype(float)))
+    keys = list(zip(*(_column(df[k]) for k in spec.keys)))
+    rows = dict(zip(keys, latency.astype(float).tolist()))
     if len(rows) != len(keys):
         return None, [f"{path}: duplicate keys ({len(keys) - len(rows)} rows repeat a key)"]
     try:
@@ -138,36 +118,47 @@ def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable
         return None, [f"{root / 'op_mapping.yaml'}: {e}"]
 
 
+#: Key columns read as text even when every value looks like a number.
+TEXT_COLUMNS = ("shape", "dtype", "kv_dtype", "routing")
+
+
+def _column(series) -> list:
+    """One key column as Python values: whole-number floats (a column with a blank) as ints,
+    so a key built from a leaf's integer features matches."""
+    if series.dtype.kind == "f" and bool((series.dropna() % 1 == 0).all()):
+        return [int(v) if v == v else v for v in series.tolist()]
+    return series.tolist()
+
+
 def reference_problems(mapping: Mapping, mapping_path: Path, collectives=()) -> list[str]:
     """Ops whose kernel types are not defined under ``kernels`` (or, for communication ops,
-    among the communication directory's tables)."""
+    there or among the communication directory's tables: an engine's own all-reduce is a kernel
+    of the framework database, NCCL's are the communication directory's)."""
+    def known(entry):
+        return {*mapping.kernels, *collectives} if entry.category == "communication" else set(mapping.kernels)
+
     return [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under "
-            + ("the communication tables" if entry.category == "communication" else "'kernels'")
+            + ("'kernels' or the communication tables" if entry.category == "communication" else "'kernels'")
             for op, entry in mapping.ops.items()
             for k in (entry.kernel_type, *entry.alternate_kernel_types)
-            if k is not None and k not in (collectives if entry.category == "communication" else mapping.kernels)]
+            if k is not None and k not in known(entry)]
 
 
-#: Columns of a measured table that are statistics, not keys.
-STATISTICS = ("latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how")
+#: Columns of a measured table that are statistics or provenance, not keys.
+STATISTICS = ("latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how", "kernel_source")
 
 
 def collective_specs(comm: Path) -> dict[str, KernelSpec]:
-    """Collective tables: every CSV of the communication directory; keys are its columns other
-    than the statistics, interpolated in ``bytes`` (linear: the α–β model between two sizes)."""
+    """Collective tables: every CSV (or CSV.gz) of the communication directory; keys are its
+    columns other than the statistics, interpolated in ``bytes`` (linear: the α–β model between
+    two sizes)."""
     import pandas as pd
 
     specs = {}
-    for csv in sorted(comm.glob("*.csv")):
-        cols = [c for c in pd.read_csv(csv, nrows=0).columns if c not in STATISTICS]
-        specs[csv.stem] = KernelSpec(file=csv.name, keys=cols, axes=["bytes"] if "bytes" in cols else [])
+    for name, path in table_files(comm).items():
+        cols = [c for c in pd.read_csv(path, nrows=0).columns if c not in STATISTICS]
+        specs[name] = KernelSpec(file=path.name, keys=cols, axes=["bytes"] if "bytes" in cols else [])
     return specs
-
-
-def _cell(v):
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return v.item() if hasattr(v, "item") else v
 
 
 class ProfilingDataSource(DataSource):

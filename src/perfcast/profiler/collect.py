@@ -3,19 +3,43 @@
 Why: the empirical performance model prices a leaf by looking its features up in measured
 tables (:mod:`perfcast.perf.profiling`). This module produces such tables for the local torch
 device, at exactly the shapes the captured model needs, so a prediction can be checked against
-the same model run for real (``benchmarks/validate_cpu_local.py``).
+the same model run for real (``benchmarks/validate_cpu_local.py``, ``benchmarks/gpu_closed_loop.py``).
 
 Distinct leaves are keyed by (kernel type, key features); each is run through its representative
-torch kernel (:mod:`perfcast.profiler.kernels`) after warm-up, ``repeats`` samples are taken
-(``torch.cuda.Event`` pairs on CUDA, ``perf_counter`` on CPU) and the median is recorded, with
-``std_us``, ``p10_us``, ``p90_us``, ``samples`` and ``rounds`` as extra CSV columns (a noisy
-round is measured again: this machine's cores may be shared). Writing merges with a
+torch kernel (:mod:`perfcast.profiler.kernels`) after warm-up, and ``repeats`` samples are taken
+through a timing backend (:mod:`perfcast.profiler.timing`); the median is recorded, with
+``std_us``, ``p10_us``, ``p90_us``, ``samples``, ``rounds``, ``how`` and ``timing`` as extra CSV
+columns (a noisy round is measured again: the machine may be shared). Writing merges with a
 database already in the directory (new rows replace old ones with the same key).
+
+On a CUDA GPU:
+
+- **Back-to-back samples.** A sample is one event pair around ``calls`` consecutive calls, with
+  ``calls`` chosen so that a sample lasts at least ``sample_s`` (200 µs): a kernel of a few
+  microseconds is then timed as an eager step runs it — launch after launch, its time the
+  larger of the kernel and the host's launch interval — not as one launch from an idle GPU
+  (the event pair and the first launch's latency would dominate it).
+- **L2.** Consecutive kernels of a real step read different weights, which come from HBM. A
+  kernel timed over and over on one weight would find it in L2 (50 MB on an H100 SXM, by
+  NVIDIA's H100 datasheet) and run faster than in the step. So the weight-like operands —
+  GEMM weights, attention K/V, expert weights — cycle through distinct copies totalling at
+  least ``rotate_bytes`` (default twice the GPU's L2), as aiconfigurator's collector cycles
+  distinct weight copies
+  (ai-dynamo/aiconfigurator ``collector/trtllm/collect_gemm.py``). Activations are not rotated:
+  in a step they were just written by the previous kernel and are L2-hot. On a CPU nothing is
+  rotated (the default ``rotate_bytes`` is 0): ``cpu-local`` was measured and validated that
+  way (``benchmarks/validate_cpu_local.py``).
+- **Timing mode.** ``timing="events"`` (default) includes the host's launch gaps, as an eager
+  step does; ``timing="graph"`` captures the ``calls`` calls into a CUDA graph and times its
+  replays — device time only, as aiconfigurator measures (CUDA-graph replay of repeated ops,
+  ``collector/helper.py``, ``benchmark_with_power``). A kernel that cannot be captured falls back
+  to events, and its ``timing`` column says why.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import platform
 import re
 import statistics
@@ -35,7 +59,8 @@ COMPUTE = {
     "grouped_matmul": ("GroupedMatMul", ["tokens", "hidden", "inter", "experts", "top_k", "dtype"], []),
 }
 ELEMENTWISE_KEYS = ["shape", "dtype"]
-STATS = ["latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how"]
+STATS = ["latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how", "timing"]
+TIMINGS = ("events", "graph")
 
 
 @dataclass
@@ -46,6 +71,10 @@ class Options:
     max_samples: int = 200
     noisy: float = 1.3  # a round whose p90 exceeds this × its p10 is measured again
     rounds: int = 3
+    timing: str = "events"  # or "graph" (CUDA only): see the module docstring
+    rotate_bytes: int | None = None  # weight copies cycled per kernel; None: 2 × L2 on CUDA, 0 on CPU
+    sample_s: float = 2e-4  # a CUDA sample spans at least this long (calls per sample ≤ max_calls)
+    max_calls: int = 1000
 
 
 @dataclass
@@ -90,52 +119,53 @@ def distinct(graph: Graph) -> dict[tuple[str, tuple], tuple[Leaf, str, list[str]
     return found
 
 
-def measure(fn, device, opts: Options) -> dict:
-    """Median, spread and sample count of ``fn`` in µs on ``device``. A noisy round (p90 over
-    ``opts.noisy`` × p10: another process took the cores) is retried, up to ``opts.rounds``
-    rounds, and the round with the lowest median is kept."""
-    import torch
+def calls_per_sample(fn, backend, opts: Options) -> int:
+    """1 on a CPU; on a GPU enough back-to-back calls for a sample of ``opts.sample_s``."""
+    if backend.kind != "cuda":
+        return 1
+    one = statistics.median(backend.time(fn, warmup=opts.warmup, repeats=5))
+    return max(1, min(opts.max_calls, math.ceil(opts.sample_s / max(one, 1e-9) - 1e-9)))  # 1e-9: float noise
 
-    cuda = torch.device(device).type == "cuda"
+
+def measure(fn, backend, opts: Options) -> dict:
+    """Median, spread and sample count of ``fn`` in µs on the backend's device, and how it was
+    timed. A noisy round (p90 over ``opts.noisy`` × p10: another process took the device) is
+    retried, up to ``opts.rounds`` rounds, and the round with the lowest median is kept."""
+    from perfcast.profiler.timing import GraphUnavailable
+
+    calls = calls_per_sample(fn, backend, opts)
+    # events: ``calls`` calls per sample, timed per call; graph: one replay of ``calls`` calls
+    timed, per, scale = fn, calls, 1e6
+    timing = (f"events, {calls} back-to-back call(s) per sample" if backend.kind == "cuda"
+              else "time.perf_counter per call")
+    if opts.timing == "graph":
+        try:
+            timed, per, scale = backend.capture(fn, calls=calls, warmup=opts.warmup), 1, 1e6 / calls
+            timing = f"graph replay of {calls} call(s) per sample"
+        except GraphUnavailable as e:
+            timing = f"events, {calls} call(s) per sample (no graph: {e})"
     best = None
     for rnd in range(1, opts.rounds + 1):
-        samples = _samples(fn, cuda, opts)
+        samples = [t * scale for t in backend.time(timed, warmup=opts.warmup, repeats=opts.repeats,
+                                                   min_time_s=opts.min_time_s, max_samples=opts.max_samples,
+                                                   calls=per)]
         q = statistics.quantiles(samples, n=10) if len(samples) > 1 else samples * 9
         got = {"latency_us": statistics.median(samples), "std_us": statistics.pstdev(samples),
                "p10_us": q[0], "p90_us": q[-1], "samples": len(samples), "rounds": rnd}
         if best is None or got["latency_us"] < best["latency_us"]:
-            best = {**got, "rounds": rnd}
+            best = got
         if q[-1] <= opts.noisy * q[0]:
             break
         time.sleep(0.05)
     best["rounds"] = rnd
+    best["timing"] = timing
     return best
 
 
-def _samples(fn, cuda: bool, opts: Options) -> list[float]:
-    import torch
-
-    with torch.no_grad():
-        for _ in range(opts.warmup):
-            fn()
-        if cuda:
-            torch.cuda.synchronize()
-        samples: list[float] = []
-        start = time.perf_counter()
-        while len(samples) < opts.repeats or (time.perf_counter() - start < opts.min_time_s
-                                              and len(samples) < opts.max_samples):
-            if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                samples.append(a.elapsed_time(b) * 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - t0) * 1e6)
-    return samples
+def rotate_bytes(backend, opts: Options) -> int:
+    if opts.rotate_bytes is not None:
+        return opts.rotate_bytes
+    return 2 * backend.l2_bytes if backend.kind == "cuda" else 0
 
 
 def collect(graph: Graph, device=None, opts: Options | None = None, into: Measured | None = None,
@@ -144,20 +174,24 @@ def collect(graph: Graph, device=None, opts: Options | None = None, into: Measur
     import torch
 
     from perfcast.profiler.kernels import build
+    from perfcast.profiler.timing import backend as make_backend
 
     opts = opts or Options()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    bk = make_backend(device or ("cuda" if torch.cuda.is_available() else "cpu"), flag="--torch-device")
+    rotate = rotate_bytes(bk, opts)
     out = into or Measured()
     torch.manual_seed(0)
     todo = distinct(graph)
     for i, ((kernel, key), (leaf, op, keys, axes, category)) in enumerate(todo.items()):
         out.kernels[kernel] = (keys, axes)
         out.ops[op] = {"category": category, "kernel_type": kernel}
-        fn, how = build(leaf, device)
-        stats = measure(fn, device, opts)
+        fn, how = build(leaf, bk.device, rotate_bytes=rotate)
+        stats = measure(fn, bk, opts)
+        del fn  # free its tensors (and weight copies) before the next kernel's
         out.rows.setdefault(kernel, {})[key] = {**stats, "how": how}
         if progress:
-            progress(f"[{i + 1}/{len(todo)}] {kernel} {dict(zip(keys, key))}: {stats['latency_us']:.1f} µs ({how})")
+            progress(f"[{i + 1}/{len(todo)}] {kernel} {dict(zip(keys, key))}: {stats['latency_us']:.1f} µs "
+                     f"({how}; {stats['timing']})")
     return out
 
 
@@ -165,12 +199,16 @@ def manifest(device_name: str, device, opts: Options, runs: list[dict]) -> dict:
     import numpy
     import torch
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    cpu = f"cpu ({platform.processor() or platform.machine()})"
+    from perfcast.profiler.timing import backend as make_backend
+
+    bk = make_backend(str(device or ("cuda" if torch.cuda.is_available() else "cpu")), flag="--torch-device")
+    cuda = bk.kind == "cuda"
+    rotate = rotate_bytes(bk, opts)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device_name": device_name,
-        "torch_device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu,
+        "torch_device": bk.name if cuda else f"cpu ({platform.processor() or platform.machine()})",
+        **({"cuda": bk.describe()} if cuda else {}),
         "platform": platform.platform(), "python": platform.python_version(),
         "torch": str(torch.__version__), "numpy": numpy.__version__,
         "transformers": _version("transformers"), "perfcast": _version("perfcast"),
@@ -180,7 +218,13 @@ def manifest(device_name: str, device, opts: Options, runs: list[dict]) -> dict:
                            "page-faulted, unlike many in an eager forward)",
         "noisy_retry": f"a round with p90 > {opts.noisy} x p10 is retried (at most {opts.rounds} "
                        f"rounds, lowest median kept)",
-        "timing": "torch.cuda.Event per sample" if dev.type == "cuda" else "time.perf_counter per call",
+        "timing": (f"torch.cuda.Event pair around back-to-back calls, samples of at least "
+                   f"{opts.sample_s * 1e6:.0f} us" + ("; replays of a CUDA graph of those calls" if opts.timing == "graph"
+                                                       else "; host launch gaps included (eager)"))
+        if cuda else "time.perf_counter per call",
+        "l2": (f"weights, K/V and expert weights cycle through copies of at least {rotate} bytes in all "
+               f"(2 x L2 = {2 * bk.l2_bytes} bytes by default); activations are not rotated" if rotate
+               else "no rotation: operands are reused call after call"),
         "statistic": "latency_us = median of the samples; std_us, p10_us, p90_us = their spread",
         "profiled": runs,
     }

@@ -1,0 +1,267 @@
+"""Measured serving runs (aiconfigurator-core's ``silicon_sample.csv``) mapped to perfcast steps.
+
+A row states a deployment (system, model, backend, quantization, layout), a workload (input and
+output lengths, the batch in flight) and what was measured (TTFT and TPOT in ms). :func:`map_row`
+turns it into a :class:`Case`: the perfcast request of its decode step and of its prefill, or
+the reason it cannot be priced — never a guess. The tables that name things (systems, models,
+backends, quantization modes) are data (``perfcast/data/validation/mapping.yaml``); the rest of
+the mapping is written here and in docs/design/validation.md:
+
+- **batch**: aiconfigurator gives the batch per attention-data-parallel rank (``batch_size``, or
+  ``decode_batch_size`` for the decode workers of a disaggregated run); the step holds
+  ``batch × attention_dp_size`` sequences over its data-parallel ranks (aiconfigurator-core
+  0.12.0 ``sdk/config.py``: ``tp_size · attention_dp_size = moe_tp_size · moe_ep_size``).
+- **context**: the mean over the request's decode steps, ``isl + osl/2`` (rounded down).
+- **layout**: ``tp × attention_dp × pp`` devices; for an MoE model the experts are split over
+  ``moe_ep`` (perfcast derives ``moe_tp`` = the MoE group / ``ep`` and the row must agree); a
+  dense model's attention-DP ranks are independent replicas. perfcast's own layout check
+  (:func:`perfcast.capture.parallel.check`) refuses what it cannot take, and its line is the reason.
+- **disaggregated** rows: the decode workers' layout and batch (``decode_*`` columns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from perfcast.capture.parallel import Layout, experts_of
+from perfcast.hardware.spec import SpecError
+from perfcast.ir import UserError
+from perfcast.models import load_model_config
+
+#: Columns the mapping reads (the shipped copy keeps exactly these, plus ``concurrency``).
+COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
+           "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
+           "moe_tp_size", "moe_ep_size", "decode_batch_size", "decode_tp_size", "decode_pp_size",
+           "decode_attention_dp_size", "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms",
+           "silicon_tpot_ms")
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def shipped_path() -> Path:
+    return Path(str(resources.files("perfcast.data") / "validation" / "silicon_sample.csv"))
+
+
+def _data(name: str) -> dict:
+    return yaml.safe_load((resources.files("perfcast.data") / "validation" / name).read_text())
+
+
+@lru_cache(maxsize=None)
+def tables() -> dict:
+    """The mapping tables (systems, models, backends, quantization)."""
+    return _data("mapping.yaml")
+
+
+def manifest() -> dict:
+    return _data("MANIFEST.yaml")
+
+
+def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
+    """The rows (all values as strings, empty where the source is empty) and a one-line
+    description of where they came from. ``path`` None: the copy shipped with perfcast."""
+    p = Path(path) if path is not None else shipped_path()
+    try:
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise UserError(f"--silicon-sample {p}: no such file") from None
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
+        raise UserError(f"--silicon-sample {p}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(f"{p}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                        f"(expected aiconfigurator-core's silicon_sample.csv layout)")
+    if "concurrency" not in frame.columns:
+        source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
+        frame["concurrency"] = source.str.extract(_CONCURRENCY, expand=False).fillna("")
+    if path is None:
+        m = manifest()
+        where = (f"shipped copy of {m['source']['package']} {m['source']['package_version']} "
+                 f"{m['source']['file']} ({len(frame):,} rows, {m['source']['licence']})")
+    else:
+        where = f"{p} ({len(frame):,} rows)"
+    return frame, where
+
+
+def convert(source: str | Path, out: str | Path) -> dict:
+    """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` verbatim (the
+    source's own text, no float round trip) and ``concurrency`` from ``silicon_data_source``.
+    Returns the counts the MANIFEST records."""
+    frame, _ = read(source)
+    kept = frame[list(COLUMNS) + ["concurrency"]]
+    kept.to_csv(out, index=False)
+    return {"rows": len(kept), "sha256_source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
+            "sha256": hashlib.sha256(Path(out).read_bytes()).hexdigest()}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured run and the perfcast step it maps to (``reason`` None), or why it cannot be
+    priced. ``batch`` is per attention-DP rank; the step holds ``num_queries`` sequences."""
+
+    id: str
+    system: str
+    model_path: str
+    backend: str
+    backend_version: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int
+    tpot_ms: float
+    ttft_ms: float
+    family: str
+    model: str | None = None
+    device: str | None = None
+    engine: str | None = None
+    quantize: str | None = None
+    layout: Layout | None = None
+    batch: int = 0
+    reason: str | None = None
+    approximate: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_queries(self) -> int:
+        return self.batch * (self.layout.dp if self.layout else 1)
+
+    @property
+    def context(self) -> int:
+        """Tokens in each sequence's KV cache at the mean decode step: ``isl + osl/2``."""
+        return self.isl + self.osl // 2
+
+    @property
+    def predictable(self) -> bool:
+        return self.reason is None
+
+
+def _int(row: dict, col: str, *, default: int | None = None, zero_is_unset: bool = False) -> int | None:
+    text = str(row.get(col, "")).strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a number") from None
+    if not value.is_integer() or value < 0:
+        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a non-negative integer")
+    return default if zero_is_unset and value == 0 else int(value)
+
+
+def _float(row: dict, col: str) -> float:
+    """The value, or NaN where the row states none (a refusal reason, not an error)."""
+    text = str(row.get(col, "")).strip()
+    if not text:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a number") from None
+    return value if math.isfinite(value) and value > 0 else math.nan
+
+
+@lru_cache(maxsize=None)
+def catalog_model(name: str):
+    """A catalog model's config, loaded once per run."""
+    return load_model_config(name)
+
+
+def _quantization(row: dict) -> tuple[str | None, tuple[str, ...], str | None]:
+    """(perfcast --quantize, what is approximate, refusal reason)."""
+    table = tables()["quantization"]
+    modes = [str(row.get(c, "")).strip() or "none" for c in ("gemm_quant_mode", "moe_quant_mode")]
+    for m in modes:
+        if m not in table:
+            return None, (), f"unknown quantization mode {m!r} (known: {', '.join(table)})"
+    chosen = {table[m]["quantize"] for m in modes}
+    if len(chosen) > 1:
+        return None, (), (f"mixed quantization gemm {modes[0]} / moe {modes[1]}: perfcast applies one "
+                          f"--quantize to every matmul")
+    approx = tuple(dict.fromkeys(f"{m}: {table[m]['approximate']}" for m in modes if table[m].get("approximate")))
+    return chosen.pop(), approx, None
+
+
+def _layout(row: dict, cfg: dict, disagg: bool) -> tuple[Layout | None, int, str | None]:
+    """(layout, batch per attention-DP rank, refusal reason) of the step's workers."""
+    pre = "decode_" if disagg else ""
+    batch = _int(row, f"{pre}batch_size")
+    tp = _int(row, f"{pre}tp_size")
+    if batch is None or batch < 1:
+        return None, 0, f"{row['mode']}: no {pre}batch_size (the batch of the step is not stated)"
+    if tp is None or tp < 1:
+        return None, batch, f"{row['mode']}: no {pre}tp_size (the layout of the step is not stated)"
+    pp = _int(row, f"{pre}pp_size", default=1, zero_is_unset=True)
+    adp = _int(row, f"{pre}attention_dp_size", default=1, zero_is_unset=True)
+    moe_tp = _int(row, f"{pre}moe_tp_size", default=None, zero_is_unset=True)
+    ep = _int(row, f"{pre}moe_ep_size", default=1, zero_is_unset=True)
+    if not experts_of(cfg):
+        if ep > 1:
+            return None, batch, f"layout: moe_ep_size {ep} for a model without routed experts"
+        return Layout(tp=tp, dp=adp, pp=pp), batch, None
+    if moe_tp is not None and moe_tp * ep != tp * adp:
+        # aiconfigurator-core 0.12.0 sdk/config.py requires tp · attention_dp = moe_tp · moe_ep
+        return None, batch, (f"layout: {pre}moe_tp_size {moe_tp} × {pre}moe_ep_size {ep} ≠ {pre}tp_size {tp} × "
+                             f"{pre}attention_dp_size {adp} (the row breaks aiconfigurator's own constraint)")
+    return Layout(tp=tp, ep=ep, dp=adp, pp=pp, attention_dp=adp > 1), batch, None
+
+
+def map_row(row: dict) -> Case:
+    """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
+    checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
+    request check (its error line, e.g. fp4 on a device without an fp4 rate)."""
+    t = tables()
+    path, system = row["model_path"], row["system"]
+    entry = t["models"].get(path)
+    family = entry["catalog"] if entry and entry.get("catalog") else path.split("/")[-1]
+    base = Case(id=row["id"], system=system, model_path=path, backend=row["backend"],
+                backend_version=row.get("backend_version", "") or "unstated", mode=row["mode"],
+                isl=_int(row, "isl") or 0, osl=_int(row, "osl") or 0,
+                concurrency=_int(row, "concurrency") or 0, tpot_ms=_float(row, "silicon_tpot_ms"),
+                ttft_ms=_float(row, "silicon_ttft_ms"), family=family)
+    sys_entry = t["systems"].get(system)
+    if not sys_entry or not sys_entry.get("device"):
+        return replace(base, reason=f"unknown device {system}")
+    base = replace(base, device=sys_entry["device"])
+    if entry is None:
+        return replace(base, reason=f"unknown model {path} (not in perfcast's mapping table)")
+    if not entry.get("catalog"):
+        return replace(base, reason=f"unsupported architecture {entry['model_type']}")
+    notes = (f"{path} → {entry['catalog']}: {entry['note']}",) if entry.get("note") else ()
+    base = replace(base, model=entry["catalog"], notes=notes)
+    engine = t["backends"].get(base.backend)
+    if engine is None:
+        return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
+    base = replace(base, engine=engine["engine"])
+    if base.mode not in ("agg", "disagg"):
+        return replace(base, reason=f"unknown mode {base.mode!r} (expected agg or disagg)")
+    if base.isl < 1 or base.osl < 2 or not math.isfinite(base.tpot_ms):
+        return replace(base, reason="no isl, osl ≥ 2 and measured TPOT in the row")
+    quantize, approx, why = _quantization(row)
+    if why:
+        return replace(base, reason=why)
+    base = replace(base, quantize=quantize, approximate=approx)
+    layout, batch, why = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
+    base = replace(base, layout=layout, batch=batch)
+    if why:
+        return replace(base, reason=why)
+    if not base.concurrency:
+        base = replace(base, concurrency=base.num_queries)
+    from perfcast.inference.steps import case_request
+
+    try:
+        for decode in (True, False) if base.mode == "agg" else (True,):
+            case_request(base, decode=decode).validate()
+    except (UserError, SpecError) as e:
+        return replace(base, reason=f"refused by perfcast: {e}")
+    return base
+
+
+def map_frame(frame: pd.DataFrame) -> list[Case]:
+    return [map_row(r) for r in frame.to_dict("records")]

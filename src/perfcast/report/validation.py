@@ -1,0 +1,158 @@
+"""Reports of ``perfcast validate``: the terminal tables, the JSON document, the per-row file.
+Formatting only: every number comes from :func:`perfcast.inference.validation.run`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
+
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x * 100:+.1f}" if signed else f"{x * 100:.1f}"
+
+
+def _cell(s: dict | None) -> str:
+    if not s:
+        return "—"
+    return f"{_pct(s['median_abs'])} · {_pct(s['p90_abs'])} · {_pct(s['signed_median'], True)}"
+
+
+def _n(s: dict | None) -> str:
+    return f"{s['n']:,}" if s else "0"
+
+
+def _columns(doc: dict) -> list[str]:
+    return [*doc["performance_models"], *([doc["baseline"]] if doc["baseline"] else [])]
+
+
+def _table(title: str, doc: dict, pops: list[dict], split: bool) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    t.add_column("population")
+    t.add_column("rows", justify="right")
+    t.add_column("mapped", justify="right")
+    t.add_column("approx.", justify="right")
+    models = _columns(doc)
+    for m in models:
+        t.add_column(f"{m}\nn", justify="right")
+        for mapping in MAPPINGS:
+            t.add_column(f"{m}\n{mapping}", justify="right", no_wrap=True)
+
+    def cells(p: dict, suffix: str = "") -> list[str]:
+        out = []
+        for m in models:
+            e = p["models"][m]
+            out.append(_n(e.get(f"{MAPPINGS[0]}{suffix}")))
+            out.extend(_cell(e.get(f"{mapping}{suffix}")) for mapping in MAPPINGS)
+        return out
+
+    for p in pops:
+        t.add_row(p["population"], f"{p['rows']:,}", f"{p['mappable']:,}", f"{p['approximate']:,}", *cells(p))
+        if split:
+            for label in (f"concurrency<={LOW_CONCURRENCY}", f"concurrency>{LOW_CONCURRENCY}"):
+                t.add_row(f"  {label.replace('<=', ' ≤ ').replace('>', ' > ')}", "", "", "", *cells(p, f" {label}"))
+    return t
+
+
+def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
+    src = doc["sources"]
+    rows = doc["rows"]
+    console.print(f"[bold]perfcast validate[/] · {src['silicon_sample']} + published tables ({src['published']})")
+    console.print(f"selected {rows['selected']:,} of {rows['read']:,} rows: {rows['mappable']:,} mapped to a perfcast "
+                  f"step ({rows['approximate']:,} approximately), {rows['selected'] - rows['mappable']:,} refused")
+    base = f"; baseline: {doc['baseline']} (naive datasheet roofline of the same steps)" if doc["baseline"] else ""
+    console.print(f"performance models: {', '.join(doc['performance_models'])}{base}")
+    for k, text in doc["mapping"].items():
+        console.print(f"[dim]{k}:[/] {text}", highlight=False)
+    console.print("cells: median |error| · p90 |error| · signed median, in % of the measured TPOT "
+                  "(signed > 0: perfcast is slower than measured); n: rows predicted; approx.: rows whose "
+                  "quantization is priced approximately")
+    named = [p for p in doc["populations"] if p.get("named")]
+    keyed = [p for p in doc["populations"] if not p.get("named")]
+    if named:
+        console.print(_table("named populations", doc, named, split=True))
+        for p in named:
+            if p["description"]:
+                console.print(f"[dim]{p['population']}: {p['description']}[/]", highlight=False)
+    if keyed:
+        console.print(_table("by system / model family / backend / mode", doc, keyed, split=False))
+    if doc["refused"]:
+        t = Table(title="refused rows, by reason", title_justify="left")
+        t.add_column("rows", justify="right")
+        t.add_column("reason")
+        items = list(doc["refused"].items())
+        for reason, n in items[:top_reasons]:
+            t.add_row(f"{n:,}", reason)
+        if len(items) > top_reasons:
+            t.add_row(f"{sum(n for _, n in items[top_reasons:]):,}", f"{len(items) - top_reasons} other reasons")
+        console.print(t)
+    not_priced = {}
+    for p in doc["populations"]:
+        for m, e in p["models"].items():
+            for reason, n in e["not_priced"].items():
+                not_priced[(m, reason)] = max(not_priced.get((m, reason), 0), n)
+    for (m, reason), n in sorted(not_priced.items(), key=lambda kv: -kv[1])[:top_reasons]:
+        console.print(f"[yellow]{m}: not priced[/] ({n:,} rows in one population): {reason}", highlight=False)
+    for p in doc["populations"][:1]:
+        for m, e in p["models"].items():
+            if e["unpriced_op_rows"]:
+                console.print(f"[red]{m}: {e['unpriced_op_rows']:,} predicted rows have ops with no cost rule, NOT "
+                              f"priced[/] (see `perfcast text-generate` on the row's command)", highlight=False)
+            if "median_measured_share_decode" in e:
+                console.print(f"{m}: median share of the decode step priced from measured or interpolated kernel "
+                              f"tables {e['median_measured_share_decode'] * 100:.0f} % (the rest: analytic fallback)",
+                              highlight=False)
+    tm = doc["timings_s"]
+    pts = doc["points"]
+    console.print(f"run time {tm['read_and_map'] + tm['price']:.1f} s (read and map {tm['read_and_map']:.1f} s, "
+                  f"price {tm['price']:.1f} s: {pts.get('closed-form points', 0):,} decode points from closed forms, "
+                  f"{pts.get('simulated points', 0):,} points simulated)")
+
+
+def to_json(doc: dict) -> dict:
+    """The document without the per-row objects (those go to :func:`write_rows`)."""
+    return {k: v for k, v in doc.items() if k not in ("predictions", "cases")}
+
+
+def row_records(doc: dict) -> list[dict]:
+    """One record per selected row: the mapping, the measured and predicted TPOT per model and
+    mapping, the reason where there is none."""
+    by_case = {}
+    for m, preds in doc["predictions"].items():
+        for p in preds:
+            by_case.setdefault(p.case.id, {})[m] = p
+    out = []
+    for c in doc["cases"]:
+        rec = {"id": c.id, "system": c.system, "model_path": c.model_path, "family": c.family,
+               "backend": c.backend, "backend_version": c.backend_version, "mode": c.mode, "isl": c.isl,
+               "osl": c.osl, "concurrency": c.concurrency, "batch_per_rank": c.batch,
+               "measured_tpot_ms": c.tpot_ms, "measured_ttft_ms": c.ttft_ms, "engine": c.engine or "",
+               "quantize": c.quantize or "", "layout": c.layout.describe() if c.layout else "",
+               "approximate": " | ".join(c.approximate), "refused": c.reason or "", "command": command(c)}
+        for m, p in by_case.get(c.id, {}).items():
+            for mapping in MAPPINGS:
+                rec[f"{m} {mapping} tpot_ms"] = p.tpot_ms.get(mapping)
+            rec[f"{m} ttft_ms"] = p.ttft_ms
+            rec[f"{m} not priced"] = p.reason or ""
+        out.append(rec)
+    return out
+
+
+def write_rows(doc: dict, path: str) -> None:
+    records = row_records(doc)
+    with open(path, "w", newline="") as f:
+        if path.endswith(".json"):
+            json.dump(records, f, indent=1)
+            return
+        keys = list(dict.fromkeys(k for r in records for k in r))
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
