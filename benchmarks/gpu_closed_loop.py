@@ -153,7 +153,7 @@ def run_point(ctx, built, model, point) -> dict:
             database = str(profile_model(model, ctx["kernel_db"], ctx["db_name"], num_queries=point.batch,
                                          query_length=point.tokens, context_length=point.context,
                                          decode=point.decode, dtype=ctx["dtype"],
-                                         fusion=ctx["engine_options"].get("fusion", False),
+                                         engine=ctx["engine_options"]["engine"],
                                          repeats=args.repeats, device=bk.device))
             load_database.cache_clear()  # the database just grew: reload it
         except Exception as e:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
-from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, make_leaf
+from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
 
 # Quantization schemes: (weight dtype, activation/compute dtype or None = the model's dtype).
 QUANTIZATION: dict[str, tuple[str, str | None]] = {
@@ -114,6 +114,7 @@ class _Lowerer:
     unknown: Counter = field(default_factory=Counter)
     free: Counter = field(default_factory=Counter)
     dropped: Counter = field(default_factory=Counter)
+    decide_at: dict = field(default_factory=dict)  # dim → value the engine's size decisions use
 
     def __post_init__(self):
         records = self.capture.records
@@ -135,6 +136,18 @@ class _Lowerer:
     def nbytes(self, t: TensorMeta) -> sympy.Expr:
         """Bytes of the data ``t`` stores (broadcast dims once), at the lowering's point."""
         return self.tensor("t", t, stored=True).nbytes
+
+    def decide(self, e) -> sympy.Expr:
+        """``e`` where an engine rule decides by size (an all-reduce's algorithm, a rule's token
+        condition): at the lowering's point, else at ``decide_at`` — so a symbolic lowering can
+        keep its sizes symbolic and still take the decisions of a concrete step."""
+        return self.capture.at(e, {**self.decide_at, **self.point})
+
+    def decide_nbytes(self, t: TensorMeta) -> sympy.Expr:
+        n = itemsize(t.dtype)
+        for d in t.stored_shape:
+            n *= self.decide(d)
+        return n
 
     def expr(self, e) -> sympy.Expr:
         return self.capture.at(e, self.point)
@@ -302,14 +315,17 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
 
 def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
           kv_dtype: str | None = None, fusion: bool = True, point: dict | None = None,
-          name: str = "model", plan: Plan | None = None, engine: str | None = None) -> Lowered:
+          name: str = "model", plan: Plan | None = None, engine: str | None = None,
+          decide_at: dict | None = None) -> Lowered:
     """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``. ``point``
     (dim → value) evaluates a symbolic capture's sizes while lowering. ``plan`` (an engine
     profile's, :func:`perfcast.engines.apply`) groups each segment's records into the
-    engine's kernels instead of ``fusion``'s one rule."""
+    engine's kernels instead of ``fusion``'s one rule; its size-dependent choices (all-reduce
+    algorithm, token conditions) are taken at ``decide_at`` when the sizes stay symbolic."""
     if quantize is not None and quantize not in QUANTIZATION:
         raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
-    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}), plan, engine)
+    lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}), plan, engine,
+                  decide_at=dict(decide_at or {}))
     by_layer: dict[int, list[OpRecord]] = {}
     head, tail = [], []
     for rec in capture.records:

@@ -12,7 +12,7 @@ from perfcast.capture.lower import Plan, kind_of
 from perfcast.capture.types import Capture, OpRecord
 from perfcast.engines.plan import Context, segment_plan
 from perfcast.engines.roles import assign
-from perfcast.engines.spec import EngineProfile, NormRule, engine_names, get_engine, load_profile_file
+from perfcast.engines.spec import AllReduceRule, EngineProfile, NormRule, engine_names, get_engine, load_profile_file
 from perfcast.ir import UserError
 
 
@@ -119,3 +119,23 @@ def apply(profile: EngineProfile, cap: Capture, *, decode: bool, device: str, hi
         return segment_plan(profile, ctx, records, lw)
 
     return Applied(profile, cap, plan, bool(moved), ctx.used)
+
+
+def size_decisions(profile: EngineProfile, *, tokens: int, nbytes: int) -> tuple[bool, ...]:
+    """Which side of each of ``profile``'s size thresholds an all-reduce of ``nbytes`` over
+    ``tokens`` tokens falls on (strategy limits, epilogue limits, token conditions). Two steps
+    with equal tuples take the same size decisions, so one lowering with ``decide_at`` either
+    step serves both."""
+    out: list[bool] = []
+    for rule in profile.rules:
+        if not isinstance(rule, AllReduceRule):
+            continue
+        for s in rule.strategies:
+            out += [nbytes <= s.max_bytes] if s.max_bytes is not None else []
+            out += [tokens <= s.max_tokens] if s.max_tokens is not None else []
+        ep = rule.epilogue
+        if ep is not None:
+            out += [nbytes <= v for _, v in sorted(ep.max_bytes_by_group.items())]
+            out += [tokens <= ep.when.tokens_le] if ep.when.tokens_le is not None else []
+            out += [tokens > ep.when.tokens_gt] if ep.when.tokens_gt is not None else []
+    return tuple(out)

@@ -323,7 +323,7 @@ def _tokens(lw, rec: OpRecord):
     t = rec.inputs[0]
     n = sympy.Integer(1)
     for d in t.shape[:-1]:
-        n *= lw.expr(d)
+        n *= lw.decide(d)
     return n
 
 
@@ -334,7 +334,7 @@ def _allreduce(rule, entries, ctx, lw, state):
         e = entries[i]
         if e.kernel is None and e.how is None and kind_of(e.head) == "all_reduce":
             rec = e.head
-            size, tokens, group = lw.nbytes(rec.inputs[0]), _tokens(lw, rec), int(rec.scalars[1])
+            size, tokens, group = lw.decide_nbytes(rec.inputs[0]), _tokens(lw, rec), int(rec.scalars[1])
             pick = next(s for s in rule.strategies if _fits(s, size, tokens, group))
             e.kernel, e.kernel_class = pick.kernel, "allreduce"
             e.attrs["algorithm"] = pick.algorithm
@@ -381,3 +381,4 @@ def _leftover(profile: EngineProfile, entries: list[Entry]) -> list[Entry]:
             e.kernel_class = e.kernel_class or _class_of(e.head)
             e.attrs.setdefault("rule", "leftover")
     return entries
+

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfcast import engines
 from perfcast.capture import cache, lower
 from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
@@ -27,9 +28,9 @@ from perfcast.hardware.spec import SpecError
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.silicon import Case, catalog_model
 from perfcast.inference.textgen import Request, make_model, simulate
-from perfcast.ir import UserError, dim
+from perfcast.ir import UserError, dim, itemsize
 from perfcast.perf import Provenance
-from perfcast.rollup import rollup
+from perfcast.rollup import LaunchModel, rollup
 
 BASELINE = "roofline"
 
@@ -65,13 +66,13 @@ def step_request(group: Group, *, batch: int, length: int,
     """The perfcast request of one step: decode — ``batch`` sequences per data-parallel rank with
     ``length`` tokens of context; prefill — one sequence of ``length`` new tokens per rank."""
     layout = group.layout
-    # ENGINE: the one place a validation step becomes a Request. When Request takes the serving
-    # engine (``--engine``), pass ``engine=group.engine`` here.
+    # the one place a validation step becomes a Request: the row's serving engine prices it
     return Request(model=catalog_model(group.model), device=get_device(group.device),
                    num_queries=batch * layout.dp if group.decode else layout.dp,
                    query_length=1 if group.decode else length,
                    context_length=length if group.decode else 0, decode=group.decode,
-                   quantize=group.quantize, layout=layout, performance_models=performance_models)
+                   quantize=group.quantize, layout=layout, performance_models=performance_models,
+                   engine=group.engine)
 
 
 def group_of(case: Case, decode: bool) -> Group:
@@ -121,7 +122,8 @@ def _price_group(prices: Prices, group: Group, points: list[tuple[int, int]], mo
     wanted = list(models) + ([BASELINE] if baseline else [])
     if "profiling" in models:
         try:
-            make_model("profiling", get_device(group.device))
+            dev = get_device(group.device)
+            make_model("profiling", dev, None, None, engines.resolve(group.engine, dev))
         except (UserError, SpecError) as e:
             for p in points:
                 out[p]["profiling"] = StepTime(None, reason=f"profiling: {e}")
@@ -157,23 +159,47 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     if not exact:
         return list(points)
     cap = par.parallelize(cap, layout, model.data)
-    low = lower(cap, quantize=proto.quantize, model_dtype=proto.dtype, kv_dtype=proto.kv_dtype,
-                fusion=proto.fusion, name=model.name)
+    profile = proto.profile()
+    applied = engines.apply(profile, cap, decode=True, device=proto.device.name,
+                            hidden_size=int(model.data["hidden_size"]))
     mesh = proto.mesh()
-    unpriced = int(sum(low.unknown.values()))
-    cols = {"B": np.array([p[0] for p in exact], dtype=float), "C": np.array([p[1] for p in exact], dtype=float)}
-    times = {}
-    for name in models:
-        pm = DatasheetRoofline(proto.device, mesh) if name == BASELINE else make_model(name, proto.device, None, mesh)
-        r = rollup(low.graph, pm)
-        names = [s.name for s in r.free_symbols]
-        if not set(names) <= set(cols):
-            return list(points)  # a closed form in more than B and C: every point is simulated instead
-        times[name] = np.broadcast_to(r.lambdify(names)(*(cols[n] for n in names)), (len(exact),))
-    for name, seconds in times.items():
-        for p, s in zip(exact, seconds):
-            out[p][name] = StepTime(float(s), "closed form", unpriced=unpriced)
+    # the engine decides some things by size (the all-reduce algorithm, CUDA graph or eager
+    # launches): points that decide alike share one lowering, its sizes symbolic
+    parts: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for p in exact:
+        parts[_decisions(profile, proto, p)].append(p)
+    for part in parts.values():
+        rep = part[0]
+        low = lower(applied.capture, quantize=proto.quantize, model_dtype=proto.dtype, kv_dtype=proto.kv_dtype,
+                    name=model.name, plan=applied.plan, engine=profile.name,
+                    decide_at={dim("B"): rep[0], dim("C"): rep[1]})
+        launch = engines.launch_for(profile, decode=True, tokens=rep[0], device=proto.device)
+        launch_model = LaunchModel(launch.mode, launch.host_interval_s)
+        unpriced = int(sum(low.unknown.values()))
+        cols = {"B": np.array([p[0] for p in part], dtype=float), "C": np.array([p[1] for p in part], dtype=float)}
+        times = {}
+        for name in models:
+            pm = DatasheetRoofline(proto.device, mesh) if name == BASELINE else \
+                make_model(name, proto.device, None, mesh, profile)
+            r = rollup(low.graph, pm, launch_model)
+            names = [s.name for s in r.free_symbols]
+            if not set(names) <= set(cols):
+                return list(points)  # a closed form in more than B and C: every point is simulated instead
+            times[name] = np.broadcast_to(r.lambdify(names)(*(cols[n] for n in names)), (len(part),))
+        for name, seconds in times.items():
+            for p, sec in zip(part, seconds):
+                out[p][name] = StepTime(float(sec), "closed form", unpriced=unpriced)
     return [p for p in points if p not in set(exact)]
+
+
+def _decisions(profile, req: Request, p: tuple[int, int]) -> tuple:
+    """What the engine decides by size for the decode step of ``p`` (batch per rank): its launch
+    mode and its all-reduce choices (messages of batch × hidden in the model dtype)."""
+    batch = p[0]
+    hidden = int(req.model.data["hidden_size"])
+    launch = engines.launch_for(profile, decode=True, tokens=batch, device=req.device)
+    nbytes = batch * hidden * int(itemsize(req.dtype))
+    return (launch.mode, engines.size_decisions(profile, tokens=batch, nbytes=nbytes))
 
 
 def _simulate(group: Group, p: tuple[int, int], models: list[str]) -> dict[str, StepTime]:

@@ -16,6 +16,7 @@ from perfcast.capture import QUANTIZATION, Capture, Lowered, cache, lower
 from perfcast.capture import parallel as par
 from perfcast.engines.launch import Launch, launch_for
 from perfcast.hardware import Device
+from perfcast.hardware.spec import SpecError
 from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
 from perfcast.inference import memory
 from perfcast.ir import Graph, UserError, dim
@@ -162,16 +163,23 @@ class Result:
 
 def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None,
                engine: engines.EngineProfile | None = None):
-    """A performance model; the profiling one reads the database of the engine's framework and
-    version (a profile without one takes any database shipped for the device)."""
+    """A performance model. The profiling one reads the database of the engine's framework and
+    version among the shipped ones (the newest of its framework when that version is not
+    shipped for the device; a profile without one takes the device's default database); a
+    database the user names is taken as it is."""
     if name == "analytic":
         return AnalyticPerformanceModel(device, mesh=mesh)
     if name == "profiling":
         from perfcast.perf.profiling import find_database, load_database
 
-        db = engine.database if engine is not None else None
-        root = find_database(device.name, database, framework=db.framework if db else None,
-                             version=db.version if db else None)
+        db = engine.database if engine is not None and database is None else None
+        try:
+            root = find_database(device.name, database, framework=db.framework if db else None,
+                                 version=db.version if db else None)
+        except SpecError:
+            if db is None:
+                raise
+            root = find_database(device.name, None, framework=db.framework)
         return EmpiricalPerformanceModel(device, load_database(root), mesh=mesh)
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 

@@ -67,3 +67,9 @@ def profile_model(model, out: str | Path, device_name: str, *, num_queries: int 
            "context_length": context_length, "decode": decode, "dtype": dtype, "engine": engine,
            "timing": timing, "kernels": sum(len(r) for r in measured.rows.values())}
     return write(measured, out, device_name, manifest(device_name, bk.device, opts, [run]))
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

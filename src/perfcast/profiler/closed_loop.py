@@ -17,11 +17,10 @@ of its own; the family totals are unaffected.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfcast.ir import UserError
@@ -32,17 +31,10 @@ from perfcast.profiler.families import ATTENTION, FAMILIES, GEMM, leaf_family, m
 ENGINE = "eager"
 
 
-def engine_options(request_fields: Iterable[str] | None = None) -> tuple[dict, str]:
+def engine_options() -> tuple[dict, str]:
     """The :class:`~perfcast.inference.textgen.Request` keywords that select :data:`ENGINE`,
-    and how the report names them. A perfcast without engine profiles prices every captured op
-    as its own kernel with ``fusion=False`` — the same eager step."""
-    if request_fields is None:
-        from perfcast.inference.textgen import Request
-
-        request_fields = [f.name for f in dataclasses.fields(Request)]
-    if "engine" in set(request_fields):
-        return {"engine": ENGINE}, f"--engine {ENGINE}"
-    return {"fusion": False}, "--no-fusion (each captured op one kernel, one host launch each: eager)"
+    and how the report names them."""
+    return {"engine": ENGINE}, f"--engine {ENGINE}"
 
 
 @dataclass(frozen=True)
