@@ -13,10 +13,11 @@ def build_parser() -> Parser:
     parser = Parser(prog="perfcast", description="Predict how fast ML models run, and how much "
                                                   "memory they need, on hardware you do not own.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    from perfcast.cli import (collective, db, devices, engines, kernel, kernels, models, op, profile,
-                              textgen, validate)
+    from perfcast.cli import (calibrate, collective, db, devices, engines, kernel, kernels, models, op,
+                              profile, textgen, validate)
 
-    for module in (devices, engines, kernels, kernel, models, textgen, op, profile, db, collective, validate):
+    for module in (devices, engines, kernels, kernel, models, textgen, op, profile, db, calibrate, collective,
+                   validate):
         module.add_parser(sub)
     devices.add_topologies_parser(sub)
     return parser

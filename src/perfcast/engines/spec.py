@@ -220,6 +220,15 @@ class Database(_Strict):
     source: Text
 
 
+class CalibrationRef(_Strict):
+    """Whose measured kernels the analytic model's kernel fits come from, for an engine whose own
+    framework has no measured tables (PyTorch eager runs cuBLAS GEMMs, as vLLM's unquantized
+    linear layers do)."""
+
+    framework: Text
+    reason: Text
+
+
 class EngineProfile(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9-]*$")]
     description: Text
@@ -227,6 +236,7 @@ class EngineProfile(_Strict):
     version: Text
     vendors: Annotated[list[Text], Field(min_length=1)]
     database: Database | None = None
+    calibration: CalibrationRef | None = None
     launch: Launch
     rules: list[Rule] = Field(default_factory=list)
     leftover: Leftover

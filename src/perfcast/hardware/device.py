@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import sympy
@@ -88,8 +88,28 @@ class Device:
         return exact(self.spec.calibration.kernel_static_latency_s)
 
     def efficiency(self, unit: str) -> Curve | None:
-        """The efficiency curve of ``unit`` (matrix, vector, memory), or None if uncalibrated."""
-        return getattr(self.spec.calibration.efficiency, unit)
+        """The efficiency curve of ``unit`` (matrix, vector, memory): the device's own, else its
+        lender's (see :meth:`lender`), else None (uncalibrated)."""
+        own = getattr(self.spec.calibration.efficiency, unit)
+        if own is not None or self.lender is None:
+            return own
+        return getattr(get_device(self.lender).spec.calibration.efficiency, unit)
+
+    @cached_property
+    def lender(self) -> str | None:
+        """The calibrated device whose fitted kernel forms and efficiency curves price this one
+        when it has no measured kernels of its own: ``calibration.kernels_from`` if set, else
+        the nearest calibrated device by bf16 matrix peak and HBM bandwidth. None for a device
+        with calibrations of its own, and for ``cpu-local`` (measured on this machine)."""
+        from perfcast.hardware.calibration import calibrated_devices, nearest_calibrated
+
+        if self.spec.calibration.kernels_from:
+            return self.spec.calibration.kernels_from
+        own = calibrated_devices()
+        if self.name in own or self.spec.vendor == "local" or not own:
+            return None
+        got = nearest_calibrated(self.spec, {n: get_device(n).spec for n in own})
+        return got[0] if got else None
 
 
 def device_names() -> list[str]:

@@ -66,6 +66,9 @@ class Datasheet(_Strict):
     onchip_capacity_bytes: Positive
     onchip_bandwidth_bytes_per_s: Positive
     clock_hz: Positive  # the clock the matrix peak is quoted at; the cycle of reservation tables
+    #: independent cores a kernel spreads its tiles over (SMs, CUs, AI cube cores, MXUs): the
+    #: calibrated kernel forms count waves and serial work against it
+    compute_units: PositiveInt | None = None
     resources: Resources
     links: dict[str, Link] = Field(default_factory=dict)
 
@@ -102,12 +105,16 @@ class EfficiencyTables(_Strict):
 class Calibration(_Strict):
     kernel_static_latency_s: Positive
     efficiency: EfficiencyTables
+    #: a device without measured kernels of its own prices kernel classes with this device's
+    #: fitted fractions of peak (at its own peaks), and says so
+    kernels_from: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")] | None = None
     sources: dict[str, Text]
 
     @model_validator(mode="after")
     def _sourced(self):
         needed = {"kernel_static_latency_s"} | {
-            f"efficiency.{k}" for k, v in self.efficiency if v is not None}
+            f"efficiency.{k}" for k, v in self.efficiency if v is not None} | (
+            {"kernels_from"} if self.kernels_from else set())
         _check_sources(needed, self.sources)
         return self
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from perfcast import engines
 from perfcast.capture import cache, lower
 from perfcast.engines.launch import launch_for
-from perfcast.perf import AnalyticPerformanceModel
 from perfcast.rollup import LaunchModel, rollup
 
 
@@ -25,7 +24,9 @@ def symbolic_step(req):
     low = lower(applied.capture, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
                 name=req.model.name, plan=applied.plan, engine=profile.name)
     launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
-    return cap, low, rollup(low.graph, AnalyticPerformanceModel(req.device),
+    from perfcast.inference.textgen import make_model
+
+    return cap, low, rollup(low.graph, make_model("analytic", req.device, None, None, profile),
                             LaunchModel(launch.mode, launch.host_interval_s))
 
 

@@ -163,16 +163,26 @@ class Result:
 
 def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None,
                engine: engines.EngineProfile | None = None):
-    """A performance model. The profiling one reads the database of the engine's framework and
-    version among the shipped ones (the newest of its framework when that version is not
-    shipped for the device; a profile without one takes the device's default database); a
-    database the user names is taken as it is."""
+    """A performance model for steps the engine runs (the device's default engine when None).
+    The analytic one prices each kernel class with the fits made from the engine's measured
+    kernels (:func:`perfcast.perf.calibrated.kernel_calibration`: the engine version's, else the
+    newest of its framework, else a lender device's). The profiling one reads the database of
+    the engine's framework and version among the shipped ones (the newest of its framework when
+    that version is not shipped for the device); a database the user names is taken as it is.
+    Its misses fall back to the calibrated analytic model."""
+    from perfcast.perf.calibrated import kernel_calibration
+
+    if engine is None and device.spec.default_engine is not None:
+        engine = engines.resolve(None, device)
+    ref = (engine.calibration or engine.database) if engine is not None else None
+    analytic = AnalyticPerformanceModel(device, mesh=mesh, calibration=kernel_calibration(
+        device, ref.framework if ref else None, getattr(ref, "version", None)))
     if name == "analytic":
-        return AnalyticPerformanceModel(device, mesh=mesh)
+        return analytic
     if name == "profiling":
         from perfcast.perf.profiling import find_database, load_database
 
-        db = engine.database if engine is not None and database is None else None
+        db = engine.database if database is None and engine is not None else None
         try:
             root = find_database(device.name, database, framework=db.framework if db else None,
                                  version=db.version if db else None)
@@ -180,7 +190,7 @@ def make_model(name: str, device: Device, database: str | None = None, mesh: Mes
             if db is None:
                 raise
             root = find_database(device.name, None, framework=db.framework)
-        return EmpiricalPerformanceModel(device, load_database(root), mesh=mesh)
+        return EmpiricalPerformanceModel(device, load_database(root), fallback=analytic, mesh=mesh)
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 

@@ -31,6 +31,7 @@ from perfcast.ir.cost import LINK_PREFIX
 from perfcast.ir.rules import collective_message
 from perfcast.perf.collectives import span_costs
 from perfcast.ir.symbols import HARDWARE
+from perfcast.perf.calibrated import KernelCalibration
 from perfcast.perf.efficiency import Efficiency
 from perfcast.perf.model import PerformanceModel, Provenance, Result
 
@@ -38,10 +39,12 @@ from perfcast.perf.model import PerformanceModel, Provenance, Result
 class AnalyticPerformanceModel(PerformanceModel):
     name = "analytic"
 
-    def __init__(self, device: Device, symbolic: Iterable[str] = (), mesh: Mesh | None = None):
+    def __init__(self, device: Device, symbolic: Iterable[str] = (), mesh: Mesh | None = None,
+                 calibration: KernelCalibration | None = None):
         self.device = device
         self.mesh = mesh
         self.symbolic = frozenset(symbolic)
+        self.calibration = calibration
         self.efficiencies = {u: Efficiency(u, device.efficiency(u)) for u in ("matrix", "vector", "memory")}
         unknown = self.symbolic - set(HARDWARE)
         if unknown:
@@ -54,6 +57,10 @@ class AnalyticPerformanceModel(PerformanceModel):
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
         if any(r.startswith(LINK_PREFIX) for r in op.cost):
             return self.collective(op)
+        if kernel is None and self.calibration is not None:
+            found = self.calibration.lookup(op)
+            if found is not None:
+                return self._calibrated(op, *found)
         busy, notes = self._busy(op, kernel)
         terms: dict[str, sympy.Expr] = {}
         if "matrix" in busy or "vector" in busy:
@@ -64,6 +71,17 @@ class AnalyticPerformanceModel(PerformanceModel):
             terms["memory.onchip"] = busy["onchip"]
         time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
         return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
+
+    def _calibrated(self, op: Leaf, key: str, cls, shape, fit) -> Result:
+        """A whole kernel priced by its class's fit; the fit's fixed time is the measured
+        kernel's own (launch gap included), so no launch is added for it."""
+        d = self.device
+        rate_dtype = cls.rate_dtype(key.split("/", 1)[1])
+        rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(rate_dtype)) if rate_dtype else sympy.Integer(1)
+        bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s)
+        time, breakdown = self.calibration.price(key, cls, shape, fit, rate, bw)
+        return Result(time, Provenance.ANALYTIC, breakdown, (f"calibrated {key} ({self.calibration.label})",),
+                      includes_launch=True)
 
     def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
         """How long the leaf keeps each of the device's resources busy (``matrix``, ``vector``,
@@ -141,11 +159,17 @@ class AnalyticPerformanceModel(PerformanceModel):
         return [u for u, e in self.efficiencies.items() if e.curve is None]
 
     def realize(self, expr: sympy.Expr) -> sympy.Expr:
-        """``expr`` with every efficiency applied at a numeric size replaced by its value."""
+        """``expr`` with every efficiency (and calibrated kernel time) applied at a numeric size
+        replaced by its value."""
         for e in self.efficiencies.values():
             expr = e.realize(expr)
+        if self.calibration is not None:
+            expr = self.calibration.realize(expr)
         return expr
 
     def numpy_functions(self) -> dict[str, object]:
         """``lambdify`` modules entry for the efficiency functions."""
-        return {e.func.__name__: e.numpy() for e in self.efficiencies.values() if e.curve is not None}
+        funcs = {e.func.__name__: e.numpy() for e in self.efficiencies.values() if e.curve is not None}
+        if self.calibration is not None:
+            funcs.update(self.calibration.numpy_functions())
+        return funcs

@@ -91,7 +91,7 @@ class EmpiricalPerformanceModel(PerformanceModel):
         if isinstance(answer, Miss):
             self.misses.append(MissRecord(op.name, str(op.attr("op") or op.kind), answer.reason))
             return Result(analytic.time_s, Provenance.ANALYTIC, analytic.breakdown,
-                          (*analytic.notes, f"fallback: {answer.reason}"))
+                          (*analytic.notes, f"fallback: {answer.reason}"), includes_launch=analytic.includes_launch)
         t = exact(answer.latency_us) / 10**6
         for part in answer.remainder:
             t += self._fallback().process_op(part).time_s

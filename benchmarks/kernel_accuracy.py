@@ -1,0 +1,166 @@
+"""Out-of-sample accuracy of the calibrated kernel model on the measured kernel tables.
+
+For every device and engine database shipped with perfcast (H100, H200, B200, A100; TensorRT-LLM
+by default), each kernel class and variant is fitted k-fold by shape — every distinct shape sits
+in one fold and is predicted by a fit on the others, so no shape is in its own fit — and the
+errors are reported per op family, variant and size band, next to a naive datasheet roofline
+(max of FLOPs at peak and bytes at peak bandwidth, the same work counts) measured in the same
+run. Cross-device transfer: fits on H100 predict H200 (same SMs, faster HBM) and the error is
+reported the same way.
+
+Size bands are by the naive roofline time of the kernel (a property of the shape, not of the
+measurement): < 5 µs, 5–50 µs, 50–500 µs, ≥ 500 µs.
+
+    python benchmarks/kernel_accuracy.py [--framework trtllm] [--device h100-sxm ...] [--json]
+
+Targets (issue: kernel calibration that holds out of sample): GEMM median ≤ 8 %, attention
+≤ 10 %, no size band's median over 15 %, transfer ≤ 12 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from perfcast.db.calibrate import fit_sample, kfold, peaks, predict, samples, work_of
+from perfcast.hardware import get_device
+from perfcast.perf.profiling import find_database
+
+DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb")
+BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us"), (500e-6, np.inf, ">=500us"))
+FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generation": "attention",
+          "mla.context": "attention", "mla.generation": "attention", "moe": "moe",
+          "allreduce": "allreduce", "vector": "vector"}
+TARGETS = {"gemm": 0.08, "attention": 0.10}
+BAND_TARGET, TRANSFER_TARGET = 0.15, 0.12
+
+
+def naive(sample, device) -> np.ndarray:
+    rate, bw = peaks(device, sample.cls, sample.variant)
+    w = work_of(sample, device.spec.datasheet.compute_units)
+    compute = np.asarray(w.flops, dtype=float) / rate if sample.cls.rate_dtype(sample.variant) else 0.0
+    return np.maximum(compute, np.asarray(w.bytes, dtype=float) / bw)
+
+
+def stats(err: np.ndarray) -> dict:
+    err = err[np.isfinite(err)]
+    if not len(err):
+        return {"rows": 0}
+    return {"rows": int(len(err)), "median": float(np.median(err)), "p90": float(np.percentile(err, 90))}
+
+
+def rows_for(device_name: str, framework: str, only: set[str] | None):
+    device = get_device(device_name)
+    root = find_database(device_name, framework=framework)
+    out = []
+    for s in samples(root):
+        if only and FAMILY[s.cls.name] not in only and s.cls.name not in only:
+            continue
+        if peaks(device, s.cls, s.variant) is None:
+            continue
+        t0 = time.perf_counter()
+        pred = kfold(s, device)
+        base = naive(s, device)
+        err, base_err = np.abs(pred / s.latency_s - 1), np.abs(base / s.latency_s - 1)
+        bands = {}
+        for lo, hi, name in BANDS:
+            m = (base >= lo) & (base < hi)
+            if m.sum():
+                bands[name] = {"model": stats(err[m]), "naive": stats(base_err[m])}
+        out.append({"device": device_name, "framework": framework, "class": s.cls.name, "family": FAMILY[s.cls.name],
+                    "variant": s.variant, "model": stats(err), "naive": stats(base_err), "bands": bands,
+                    "errors": err, "naive_errors": base_err, "seconds": time.perf_counter() - t0})
+        print(f"  {device_name} {s.cls.name}/{s.variant}: {out[-1]['model'].get('median', float('nan')):.1%} "
+              f"(naive {out[-1]['naive']['median']:.1%}) in {out[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def transfer(src: str, dst: str, framework: str, only: set[str] | None):
+    """Fits on ``src``'s tables predicting ``dst``'s measurements of the same class and variant."""
+    s_dev, d_dev = get_device(src), get_device(dst)
+    fits = {(s.cls.name, s.variant): fit_sample(s, s_dev) for s in samples(find_database(src, framework=framework))
+            if (not only or FAMILY[s.cls.name] in only) and peaks(s_dev, s.cls, s.variant)}
+    out = []
+    for s in samples(find_database(dst, framework=framework)):
+        fit = fits.get((s.cls.name, s.variant))
+        if fit is None or peaks(d_dev, s.cls, s.variant) is None:
+            continue
+        err = np.abs(predict(fit, s, d_dev, s_dev.spec.datasheet.compute_units) / s.latency_s - 1)
+        out.append({"class": s.cls.name, "family": FAMILY[s.cls.name], "variant": s.variant, "model": stats(err),
+                    "errors": err})
+    return out
+
+
+def family_summary(rows, key="errors"):
+    fam = {}
+    for r in rows:
+        fam.setdefault(r["family"], []).append(r[key])
+    return {f: stats(np.concatenate(v)) for f, v in fam.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--framework", default="trtllm", help="engine databases to measure on (default trtllm)")
+    ap.add_argument("--device", action="append", choices=DEVICES, help="devices (default: all four)")
+    ap.add_argument("--family", action="append", help="only these op families (gemm, attention, moe, ...)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args(argv)
+    only = set(a.family) if a.family else None
+    t0 = time.perf_counter()
+    rows = [r for d in (a.device or DEVICES) for r in rows_for(d, a.framework, only)]
+    moved = transfer("h100-sxm", "h200-sxm", a.framework, only) if not a.device or {"h100-sxm", "h200-sxm"} <= set(a.device) else []
+    doc = {"framework": a.framework, "seconds": time.perf_counter() - t0,
+           "families": family_summary(rows), "families_naive": family_summary(rows, "naive_errors"),
+           "transfer_h100_to_h200": family_summary(moved) if moved else {},
+           "rows": [{k: v for k, v in r.items() if not k.endswith("errors")} for r in rows],
+           "transfer_rows": [{k: v for k, v in r.items() if k != "errors"} for r in moved]}
+    worst_band = max((b["model"]["median"] for r in rows for b in r["bands"].values() if b["model"]["rows"]), default=0)
+    doc["targets"] = {**{f"{f} median <= {t:.0%}": doc["families"].get(f, {}).get("median", np.nan) <= t
+                         for f, t in TARGETS.items()},
+                      f"no band median over {BAND_TARGET:.0%}": worst_band <= BAND_TARGET,
+                      f"transfer median <= {TRANSFER_TARGET:.0%}": all(
+                          v["median"] <= TRANSFER_TARGET for v in doc["transfer_h100_to_h200"].values()) if moved else None}
+    if a.json:
+        json.dump(doc, sys.stdout, indent=2, default=float)
+        print()
+        return 0
+    _render(doc, worst_band)
+    return 0
+
+
+def _render(doc, worst_band) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console(width=140)
+    t = Table(title=f"Kernel model out of sample ({doc['framework']} tables, k-fold by shape) vs the naive roofline")
+    for col in ("device", "class / variant", "rows", "median", "p90", "naive median", "ratio", "worst band"):
+        t.add_column(col, justify="right" if col not in ("device", "class / variant") else "left")
+    for r in doc["rows"]:
+        m, n = r["model"], r["naive"]
+        wb = max(r["bands"].items(), key=lambda kv: kv[1]["model"].get("median", 0))
+        t.add_row(r["device"], f"{r['class']}/{r['variant']}", f"{m['rows']:,}", f"{m['median']:.1%}", f"{m['p90']:.1%}",
+                  f"{n['median']:.1%}", f"{n['median'] / m['median']:.1f}x",
+                  f"{wb[0]} {wb[1]['model']['median']:.1%}")
+    c.print(t)
+    f = Table(title="By op family (all devices)")
+    for col in ("family", "rows", "median", "p90", "naive median", "transfer H100→H200 median"):
+        f.add_column(col)
+    for fam, s in doc["families"].items():
+        tr = doc["transfer_h100_to_h200"].get(fam, {})
+        f.add_row(fam, f"{s['rows']:,}", f"{s['median']:.1%}", f"{s['p90']:.1%}",
+                  f"{doc['families_naive'][fam]['median']:.1%}", f"{tr['median']:.1%}" if tr else "—")
+    c.print(f)
+    c.print(f"worst size band median: {worst_band:.1%}")
+    for k, v in doc["targets"].items():
+        c.print(f"target {k}: {'met' if v else 'NOT met' if v is not None else 'not measured'}")
+    c.print(f"{doc['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Pricing a leaf with its kernel class's calibrated fit.
+
+:class:`KernelCalibration` holds one device's fits for one engine version (a shipped
+calibration file, or another device's when this one has no measured kernels of its own: then
+the fits are *borrowed* — the lender's fractions of peak and kernel granularity at this device's
+peaks — and every note says so). :meth:`KernelCalibration.price` turns a leaf into a time:
+exact (a rational) when its sizes are numbers; an opaque function application such as
+``t_gemm_bf16(2*B*4096*6144, …)`` when they are symbolic, which :meth:`realize` evaluates at a
+point and :meth:`numpy_functions` vectorises for ``lambdify``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sympy
+
+from perfcast.hardware.calibration import (CalibrationFile, FitSpec, check_device, find_calibration,
+                                           load_calibration_file)
+from perfcast.hardware.device import Device, exact
+from perfcast.ir import Leaf
+from perfcast.perf.kernel_classes import KernelClass, Shape, classify
+from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
+
+
+def to_fit(spec: FitSpec) -> KernelFit:
+    ramp = (lambda r: Ramp(r.peak_fraction, r.half_size, r.slope) if r is not None else None)
+    res = spec.residual
+    return KernelFit(spec.static_s, spec.overlap, ramp(spec.compute), ramp(spec.memory), dict(spec.item_s),
+                     Residual(tuple(res.axes), (tuple(res.centres[0]), tuple(res.centres[1])),
+                              tuple(tuple(r) for r in res.log_ratio)) if res is not None else None)
+
+
+@dataclass
+class KernelCalibration:
+    device: Device  # the device priced
+    file: CalibrationFile
+    path: Path
+    units: int  # compute units the fits count work against (the lender's when borrowed)
+    lender: str | None = None  # the device whose fits these are, when borrowed
+    _fits: dict[str, KernelFit] = field(default_factory=dict)
+    _functions: dict[str, tuple] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        own = f"{self.file.framework} {self.file.version} fit on {self.file.device} measurements"
+        return own + (f", borrowed for {self.device.name}" if self.lender else "")
+
+    def fit(self, key: str) -> KernelFit | None:
+        if key not in self._fits and key in self.file.fits:
+            self._fits[key] = to_fit(self.file.fits[key])
+        return self._fits.get(key)
+
+    def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit] | None:
+        got = classify(leaf)
+        if got is None:
+            return None
+        cls, shape = got
+        key = f"{cls.name}/{cls.variant(shape)}"
+        fit = self.fit(key)
+        return (key, cls, shape, fit) if fit is not None else None
+
+    def price(self, key: str, cls: KernelClass, shape: Shape, fit: KernelFit, rate, bandwidth):
+        """(time, breakdown) of one kernel: exact numbers, or opaque applications."""
+        work = cls.work(shape, self.units)
+        items = sorted(fit.item_s)
+        axes = list(fit.residual.axes) if fit.residual is not None else []
+        args = [work.flops, work.bytes, rate, bandwidth, *(work.items[i] for i in items),
+                *(work.axes[a] for a in axes)]
+        args = [sympy.sympify(a) for a in args]
+        if all(a.is_number for a in args):
+            vals = [float(a) for a in args]
+            w = _work(vals, items, axes)
+            terms = fit.terms(w, vals[2], vals[3])
+            time = exact(float(fit.time(w, vals[2], vals[3])))
+            breakdown = {_term(k): exact(float(v)) for k, v in terms.items()}
+            breakdown["latency.kernel"] = exact(fit.static_s)
+            return time, breakdown
+        f_time, f_compute, f_memory = self._opaque(key, fit, items, axes)
+        breakdown = {"latency.kernel": exact(fit.static_s)}
+        if fit.compute is not None:
+            breakdown["compute"] = f_compute(args[0], args[2])
+        if fit.memory is not None:
+            breakdown["memory.hbm"] = f_memory(args[1], args[3])
+        return f_time(*args), breakdown
+
+    def _opaque(self, key: str, fit: KernelFit, items: list[str], axes: list[str]):
+        if key not in self._functions:
+            base = re.sub(r"[^A-Za-z0-9]+", "_", key).strip("_")
+
+            def time(*a):
+                return fit.time(_work(a, items, axes), a[2], a[3])
+
+            def compute(w, rate):
+                return np.asarray(w, dtype=float) / (rate * fit.compute(w))
+
+            def memory(q, bw):
+                return np.asarray(q, dtype=float) / (bw * fit.memory(q))
+
+            self._functions[key] = tuple(
+                (sympy.Function(f"{prefix}_{base}", positive=True), impl)
+                for prefix, impl in (("t", time), ("tc", compute), ("tm", memory)))
+        return tuple(f for f, _ in self._functions[key])
+
+    def realize(self, expr: sympy.Expr) -> sympy.Expr:
+        for func, impl in (pair for triple in self._functions.values() for pair in triple):
+            expr = expr.replace(func, lambda *a, _f=func, _i=impl: exact(float(_i(*map(float, a))))
+                                if all(sympy.sympify(x).is_number for x in a) else _f(*a))
+        return expr
+
+    def numpy_functions(self) -> dict[str, object]:
+        return {str(func): impl for triple in self._functions.values() for func, impl in triple}
+
+
+def _work(vals, items: list[str], axes: list[str]) -> KernelWork:
+    n = len(items)
+    return KernelWork(vals[0], vals[1], dict(zip(items, vals[4:4 + n])), dict(zip(axes, vals[4 + n:])))
+
+
+def _term(name: str) -> str:
+    return {"compute": "compute", "memory": "memory.hbm"}.get(name, f"latency.{name}")
+
+
+def kernel_calibration(device: Device, framework: str | None = None,
+                       version: str | None = None) -> KernelCalibration | None:
+    """The device's own fits for the engine's framework (the version asked for, else the newest
+    of that framework); for a device without measured kernels, its lender's (at this device's
+    peaks, labelled borrowed; the lender's default framework when it has none for this one).
+    None when neither has fits."""
+    lender = device.lender
+    name = device.name if lender is None else lender
+    path = find_calibration(name, framework, version) or find_calibration(name, framework)
+    if path is None and lender is not None:
+        path = find_calibration(name)
+    if path is None:
+        return None
+    cal = load_calibration_file(path)
+    check_device(cal, path, name)
+    owner = device if lender is None else _device(name)
+    units = owner.spec.datasheet.compute_units
+    if units is None:
+        return None
+    return KernelCalibration(device, cal, path, units, lender)
+
+
+def _device(name: str) -> Device:
+    from perfcast.hardware.device import get_device
+
+    return get_device(name)

@@ -1,0 +1,311 @@
+"""Kernel classes: which calibrated fit prices a leaf, and the work it does in that fit's terms.
+
+One rule per class, registered by name. A rule reads a *shape* — the columns a profiling
+database keys that kernel on (``M``/``N``/``K`` for a GEMM, ``batch``/``heads``/``kv_len`` …
+for attention; the same names :mod:`perfcast.perf.features` reads off a leaf) — and gives the
+:class:`~perfcast.perf.kernel_fit.KernelWork` the fitted form prices. The same rule serves both
+sides: fitting reads shapes from measured rows (NumPy columns), pricing reads them off a leaf
+(SymPy expressions, symbolic sizes allowed), so a fit is always applied to the quantities it was
+fitted on.
+
+Byte counts: each kernel reads its inputs and writes its outputs once (what the measured
+kernels do: tiled GEMMs and fused attention keep their intermediates on chip). Serial-work
+counts use the device's ``compute_units`` (SMs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import sympy
+
+from perfcast.ir import BYTES_HBM, Leaf, itemsize
+from perfcast.ir.registry import Registry
+from perfcast.ir.rules import attended_pairs
+from perfcast.perf.kernel_fit import KernelWork
+
+Shape = dict[str, object]
+
+
+def _symbolic(*xs) -> bool:
+    return any(isinstance(x, sympy.Basic) and not x.is_number for x in xs)
+
+
+def _ceil(x):
+    return sympy.ceiling(x) if isinstance(x, sympy.Basic) else np.ceil(x)
+
+
+def _floor(x):
+    return sympy.floor(x) if isinstance(x, sympy.Basic) else np.floor(x)
+
+
+def _min(a, b):
+    return sympy.Min(a, b) if _symbolic(a, b) else np.minimum(a, b)
+
+
+def _max(a, b):
+    return sympy.Max(a, b) if _symbolic(a, b) else np.maximum(a, b)
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """``variant(shape)`` names the fit within the class (the dtype, e.g. ``bf16``);
+    ``work(shape, units)`` gives the priced quantities; ``rate_dtype(variant)`` the datasheet
+    matrix rate the compute term is a fraction of (None: a memory-only kernel)."""
+
+    name: str
+    keys: tuple[str, ...]
+    variant: Callable[[Shape], str]
+    work: Callable[[Shape, int], KernelWork]
+    rate_dtype: Callable[[str], str | None]
+    residual_axes: tuple[str, str] | None
+    bandwidth: str = "hbm"  # the datasheet bandwidth the memory term is a fraction of: hbm | link
+
+
+CLASSES: Registry[KernelClass] = Registry("kernel class")
+
+
+def _register(cls: KernelClass) -> KernelClass:
+    CLASSES.register(cls.name)(cls)
+    return cls
+
+
+# GEMM ---------------------------------------------------------------------------------------
+#: bytes per element of (activation, weight, output) by GEMM format. Block-scaled FP8 carries
+#: one fp32 scale per 128×128 weight block and per 128 activation elements (DeepSeek-V3 report
+#: §3.3.2), NVFP4 one fp8 scale per 16 elements (NVIDIA, "Introducing NVFP4", 2025): both
+#: well under 4 % of the element bytes.
+GEMM_BYTES = {
+    "bf16": (2, 2, 2), "fp16": (2, 2, 2), "fp32": (4, 4, 4),
+    "fp8": (1, 1, 2), "fp8_block": (1 + 4 / 128, 1 + 4 / 128**2, 2), "int8": (1, 1, 2),
+    "fp4": (0.5 + 1 / 16, 0.5 + 1 / 16, 2),
+    # weight-only: 4- or 8-bit weights (one fp16 scale per 128-element group) dequantized inside
+    # the GEMM, 16-bit activations and math
+    "w4a16": (2, 0.5 + 2 / 128, 2), "w8a16": (2, 1 + 2 / 128, 2),
+    # OCP microscaling: one 8-bit exponent scale per 32 elements (OCP MX Formats Specification
+    # v1.0, §5): MXFP4 weights with bf16 activations, or with MXFP8 activations
+    "w4a16_mxfp4": (2, 0.5 + 1 / 32, 2), "w4a8_mxfp4_mxfp8": (1 + 1 / 32, 0.5 + 1 / 32, 2),
+}
+GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_block": "fp8",
+             "int8": "int8", "fp4": "fp4", "w4a16": "bf16", "w8a16": "bf16", "w4a16_mxfp4": "bf16",
+             "w4a8_mxfp4_mxfp8": "fp8"}
+#: output tile the wave count assumes: CUTLASS/cuBLAS Hopper GEMMs tile the output in
+#: 128×128 blocks for all but the smallest problems (NVIDIA CUTLASS 3.x, "Efficient GEMM").
+TILE = 128
+
+
+def gemm_work(s: Shape, units: int) -> KernelWork:
+    m, n, k, v = s["M"], s["N"], s["K"], s["dtype"]
+    a, w, o = GEMM_BYTES[v]
+    tiles = _ceil(m / TILE) * _ceil(n / TILE)
+    return KernelWork(flops=2 * m * n * k, bytes=m * k * a + k * n * w + m * n * o,
+                      items={"wave": k * _ceil(tiles / units)}, axes={"M": m, "NK": n * k})
+
+
+GEMM = _register(KernelClass("gemm", ("M", "N", "K", "dtype"), lambda s: str(s["dtype"]), gemm_work,
+                             lambda v: GEMM_RATE[v], ("M", "NK")))
+
+
+# Attention -----------------------------------------------------------------------------------
+ATTENTION_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "v_head_dim",
+                  "window", "dtype", "kv_dtype")
+#: Decode attention runs one of two kernel families (TensorRT-LLM docs, "XQA optimization":
+#: XQA serves MQA/GQA generation; cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention):
+#: grouped-query heads (2 to 32 query heads per KV head) run XQA, one CTA per (sequence, KV head)
+#: serving the whole group; plain multi-head attention and wider groups run the masked
+#: multi-head kernel, one CTA per (sequence, query head). The measured tables show it as two
+#: per-CTA costs (H200, 2,048 sequences of 2 tokens: about 36-45 ns per (sequence, KV head) for
+#: groups 2-32, about 10 ns per (sequence, query head) at group 1 and above 32), and, within a
+#: group, a smaller cost per query head (about 1.3 ns with an fp8 cache).
+XQA_GROUPS = (2, 32)
+#: most KV splits a decode kernel uses for one CTA's sequence (flash-decoding's split-KV)
+MAX_SPLITS = 64
+
+
+def _attention_variant(s: Shape) -> str:
+    dt, kv = str(s["dtype"]), str(s["kv_dtype"])
+    return dt if kv == dt else f"{dt}+{kv}kv"
+
+
+def _bytes(dtype) -> float:
+    return float(itemsize(str(dtype)))
+
+
+def context_work(s: Shape, units: int) -> KernelWork:
+    b, h, hk, q, kv = s["batch"], s["heads"], s["kv_heads"], s["q_len"], s["kv_len"]
+    d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
+    pairs = attended_pairs(q, kv - q, True, s.get("window") or 0) if _symbolic(q, kv) else \
+        _pairs_numeric(q, kv, s.get("window"))
+    return KernelWork(flops=2 * b * h * pairs * (d + dv),
+                      bytes=b * q * h * (d + dv) * ab + b * hk * kv * (d + dv) * kb,
+                      items={"cta": b * h * _ceil(q / TILE)}, axes={"tokens": b * q, "kv_len": kv})
+
+
+def _pairs_numeric(q, kv, window):
+    q, kv = np.asarray(q, dtype=float), np.asarray(kv, dtype=float)
+    past = kv - q
+    full = q * past + q * (q + 1) / 2
+    if window is None or not np.any(window):
+        return full
+    w = np.where(np.asarray(window) > 0, np.asarray(window, dtype=float), np.inf)
+    capped = np.clip(w - past, 0, q)
+    return np.where(np.isinf(w), full, capped * past + capped * (capped + 1) / 2 + (q - capped) * w)
+
+
+def generation_work(s: Shape, units: int) -> KernelWork:
+    b, h, hk, kv = s["batch"], s["heads"], s["kv_heads"], s["kv_len"]
+    d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
+    group = h / hk
+    xqa = (group >= XQA_GROUPS[0]) & (group <= XQA_GROUPS[1]) if isinstance(group, np.ndarray) else \
+        XQA_GROUPS[0] <= group <= XQA_GROUPS[1]
+    zero = 0 * b
+    xqa_ctas = np.where(xqa, b * hk, zero) if isinstance(xqa, np.ndarray) else (b * hk if xqa else zero)
+    mmha_ctas = np.where(xqa, zero, b * h) if isinstance(xqa, np.ndarray) else (zero if xqa else b * h)
+    splits = _min(_max(_floor(units / (xqa_ctas + mmha_ctas)), 1), MAX_SPLITS)
+    # each family has its own fixed cost: a count of one for the kernel that runs
+    one = zero + 1
+    return KernelWork(flops=2 * b * h * kv * (d + dv),
+                      bytes=b * hk * kv * (d + dv) * kb + b * h * (d + dv) * ab,
+                      items={"xqa": xqa_ctas, "mmha": mmha_ctas, "heads": b * h, "chain": kv / splits,
+                             "mmha_kernel": np.where(xqa, zero, one) if isinstance(xqa, np.ndarray) else
+                             (zero if xqa else one)},
+                      axes={"sequences": b * hk, "kv_len": kv})
+
+
+def _phase_rate(v: str) -> str:
+    return v.split("+", 1)[0]
+
+
+CONTEXT = _register(KernelClass("attention.context", ATTENTION_KEYS, _attention_variant, context_work,
+                                _phase_rate, ("tokens", "kv_len")))
+GENERATION = _register(KernelClass("attention.generation", ATTENTION_KEYS, _attention_variant,
+                                   generation_work, _phase_rate, ("sequences", "kv_len")))
+
+
+# Routed experts ------------------------------------------------------------------------------
+MOE_KEYS = ("tokens", "hidden", "inter", "experts", "top_k", "moe_tp", "moe_ep", "dtype")
+
+
+def moe_work(s: Shape, units: int) -> KernelWork:
+    """A gated MoE layer on one device: ``tokens·top_k/moe_ep`` token-expert pairs through
+    gate+up (2·hidden·inter) and down (inter·hidden) GEMMs; weights of the experts that receive
+    tokens read once (balanced routing: min(E/ep, pairs) of them); activations in and out."""
+    t, hid, inter, e, k, ep = (s[x] for x in ("tokens", "hidden", "inter", "experts", "top_k", "moe_ep"))
+    a, w, _ = GEMM_BYTES[str(s["dtype"])]
+    pairs = t * k / ep
+    active = _min(e / ep, pairs)
+    return KernelWork(flops=2 * pairs * 3 * hid * inter,
+                      bytes=active * 3 * hid * inter * w + t * hid * (a + 2),
+                      items={"experts": active, "wave": _ceil(pairs / TILE) * hid},
+                      axes={"tokens": t, "weights": e / ep * 3 * hid * inter})
+
+
+MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
+                            lambda v: GEMM_RATE[v], ("tokens", "weights")))
+
+
+# Latent (MLA) attention -----------------------------------------------------------------------
+#: FlashMLA's decode kernel serves 64 query heads of one sequence per CTA (deepseek-ai/FlashMLA,
+#: flash_mla_with_kvcache: block_size_m 64 over heads); TensorRT-LLM's MLA decode follows it.
+MLA_HEADS_PER_CTA = 64
+
+
+def mla_generation_work(s: Shape, units: int) -> KernelWork:
+    """Absorbed MLA decode: every query head reads the one latent cache row per token
+    (``head_dim`` = kv_lora_rank + rope wide; values are its first ``v_head_dim`` columns), so
+    the cache is read once per sequence."""
+    b, h, kv = s["batch"], s["heads"], s["kv_len"]
+    d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
+    cta = b * _ceil(h / MLA_HEADS_PER_CTA)
+    splits = _min(_max(_floor(units / cta), 1), MAX_SPLITS)
+    return KernelWork(flops=2 * b * h * kv * (d + dv), bytes=b * kv * d * kb + b * h * (d + dv) * ab,
+                      items={"cta": cta, "chain": kv / splits}, axes={"sequences": b, "kv_len": kv})
+
+
+MLA_CONTEXT = _register(KernelClass("mla.context", ATTENTION_KEYS, _attention_variant, context_work,
+                                    _phase_rate, ("tokens", "kv_len")))
+MLA_GENERATION = _register(KernelClass("mla.generation", ATTENTION_KEYS, _attention_variant,
+                                       mla_generation_work, _phase_rate, ("sequences", "kv_len")))
+
+
+# Memory-bound kernels ------------------------------------------------------------------------
+def vector_work(s: Shape, units: int) -> KernelWork:
+    """Elementwise, normalisation, copy and reduction kernels: their HBM bytes, nothing else."""
+    return KernelWork(flops=0, bytes=s["bytes"])
+
+
+VECTOR = _register(KernelClass("vector", ("bytes",), lambda s: "any", vector_work, lambda v: None, None))
+#: leaf kinds that run as memory-bound kernels (ir/rules.py kernel-level kinds)
+VECTOR_KINDS = frozenset({"elementwise", "copy", "memset", "reduction", "softmax", "norm", "topk",
+                          "gather", "scatter", "fused"})
+
+
+# The engines' own all-reduce -----------------------------------------------------------------
+def allreduce_work(s: Shape, units: int) -> KernelWork:
+    """One-shot/two-shot all-reduce inside an NVLink domain: ``2(n−1)/n`` of the message over each
+    device's links (the nccl-tests bus factor), and ``n − 1`` peer exchanges of latency."""
+    n, nbytes = s["devices"], s["bytes"]
+    return KernelWork(flops=0, bytes=nbytes * 2 * (n - 1) / n, items={"peers": n - 1},
+                      axes={"bytes": nbytes, "devices": n})
+
+
+ALLREDUCE = _register(KernelClass("allreduce", ("devices", "dtype", "bytes"), lambda s: "any",
+                                  allreduce_work, lambda v: None, ("bytes", "devices"), bandwidth="link"))
+#: collective leaf ops priced by the engine's measured all-reduce (perf/profiling.py maps them)
+CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"})
+
+
+# Shapes off leaves ---------------------------------------------------------------------------
+def _gemm_variant(leaf: Leaf, act, weight) -> str:
+    """The GEMM format: a block-scaled or other named format if the leaf says so, weight-only
+    int4 for int4 weights with 16-bit activations, else the common dtype (the compute dtype when
+    they differ)."""
+    fmt = leaf.attr("quant_format") or (leaf.attr("compute_dtype") if leaf.attr("compute_dtype") == "fp8_block" else None)
+    if fmt:
+        return str(fmt)
+    if weight.dtype in ("int4", "int8") and act.dtype in ("bf16", "fp16"):
+        return f"w{itemsize(weight.dtype) * 8}a16"
+    return weight.dtype if weight.dtype == act.dtype else leaf.dtype
+
+
+def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
+    """The kernel class of a capture-level leaf and its shape, or None when no class covers it
+    (a tile of a DSL kernel, a collective priced on the topology, a memory-bound kernel)."""
+    if leaf.kind == "matmul" and len(leaf.inputs) >= 2:
+        out = leaf.outputs[0]
+        # (x, W), or (x, bias, W) for addmm as the lowering orders them
+        act, weight = leaf.inputs[0], leaf.inputs[-1]
+        return GEMM, {"M": prod(out.shape[:-1], start=sympy.Integer(1)), "N": out.shape[-1],
+                      "K": act.shape[-1], "dtype": _gemm_variant(leaf, act, weight)}
+    if leaf.kind == "attention":
+        q, k, v = leaf.inputs[:3]
+        s = sympy.sympify(q.shape[2])
+        shape = {"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "q_len": s,
+                 "kv_len": sympy.sympify(leaf.attr("past")) + s, "head_dim": q.shape[-1],
+                 "v_head_dim": v.shape[-1], "window": int(leaf.attr("window") or 0),
+                 "dtype": leaf.dtype, "kv_dtype": k.dtype}
+        if leaf.attr("shared_kv"):
+            return MLA_GENERATION, shape
+        if leaf.attr("cache_width"):
+            return MLA_CONTEXT, shape
+        return (GENERATION if s == 1 else CONTEXT), shape
+    if leaf.kind == "grouped_matmul":
+        hidden, gate_up = leaf.inputs[:2]
+        e, d = int(leaf.attr("num_experts")), hidden.shape[-1]
+        ep = int(leaf.attr("expert_shards") or 1)
+        tokens = hidden.numel / d * sympy.sympify(leaf.attr("token_share") or 1) * ep
+        weight = gate_up.dtype
+        return MOE, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
+                     "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
+                     "moe_ep": ep, "dtype": weight}
+    if leaf.kind in VECTOR_KINDS:
+        return VECTOR, {"bytes": leaf.cost.get(BYTES_HBM)}
+    if leaf.kind == "all_reduce" and str(leaf.attr("op")) in CUSTOM_ALLREDUCE_OPS:
+        from perfcast.ir.rules import collective_message
+
+        return ALLREDUCE, {"devices": sympy.sympify(leaf.attr("group_size")), "dtype": leaf.inputs[0].dtype,
+                           "bytes": collective_message(leaf.inputs, leaf.outputs)}
+    return None
