@@ -16,10 +16,11 @@ from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 
 def test_ramp_rises_to_its_peak_fraction():
-    r = Ramp(0.8, 1e6, 1.0)
-    assert r(1e6) == pytest.approx(0.4)  # half of the peak fraction at the half size
-    assert r(1e12) == pytest.approx(0.8, rel=1e-5)
-    assert r(1e3) == pytest.approx(0.8 / 1001)
+    r = Ramp(0.8, 1e-6, 1.0)  # half the peak fraction at the bytes the peak moves in 1 µs
+    assert r(1e6, 1e12) == pytest.approx(0.4)  # 1 µs at 1e12 B/s = 1e6 B
+    assert r(2e6, 2e12) == pytest.approx(0.4)  # twice the bandwidth: twice the bytes in flight
+    assert r(1e12, 1e12) == pytest.approx(0.8, rel=1e-5)
+    assert r(1e3, 1e12) == pytest.approx(0.8 / 1001)
 
 
 def test_fit_time_is_static_plus_p_norm():
@@ -100,7 +101,7 @@ def test_classify_attention_phases_and_memory_bound_kinds():
 def test_fitting_recovers_a_known_kernel_family():
     from perfcast.db.calibrate import fit_core
 
-    true = KernelFit(static_s=2.5e-6, overlap=3.0, compute=Ramp(0.7, 3e10, 0.9), memory=Ramp(0.85, 2e7, 1.1),
+    true = KernelFit(static_s=2.5e-6, overlap=3.0, compute=Ramp(0.7, 3e-5, 0.9), memory=Ramp(0.85, 6e-6, 1.1),
                      item_s={"wave": 2e-10})
     rng = np.random.default_rng(1)
     m, n, k = (2.0 ** rng.integers(0, 15, 400), 2.0 ** rng.integers(7, 15, 400), 2.0 ** rng.integers(7, 15, 400))
@@ -128,8 +129,8 @@ def test_a_symbolic_leaf_is_an_opaque_application_that_realizes_to_the_numeric_p
     from perfcast.perf.calibrated import KernelCalibration
 
     h100 = get_device("h100-sxm")
-    fit = {"static_s": 2.5e-6, "overlap": 2.5, "compute": {"peak_fraction": 0.75, "half_size": 3e10, "slope": 0.8},
-           "memory": {"peak_fraction": 0.85, "half_size": 2e7, "slope": 1.0}, "item_s": {"wave": 1e-10},
+    fit = {"static_s": 2.5e-6, "overlap": 2.5, "compute": {"peak_fraction": 0.75, "half_time_s": 3e-5, "slope": 0.8},
+           "memory": {"peak_fraction": 0.85, "half_time_s": 6e-6, "slope": 1.0}, "item_s": {"wave": 1e-10},
            "rows": 100, "out_of_sample": {"folds": 5, "median": 0.05, "p90": 0.2}, "source": "synthetic"}
     cal = CalibrationFile.model_validate({"schema": 1, "device": "h100-sxm", "framework": "trtllm", "version": "t",
                                           "database": "synthetic", "fits": {"gemm/bf16": fit}})

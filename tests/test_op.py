@@ -30,10 +30,11 @@ def test_same_price_as_inside_a_captured_model(tmp_path):
                          engine="eager"))
     ev = r.evaluations["analytic"]
     q_proj = [row for name, row in ev.leaves.items() if "q_proj" in name][0]
-    alone = price(OpRequest("mm", ((2, 256), (256, 256))), dev, ("analytic",))
-    # the op alone is one kernel: its time plus one launch
-    launch = float(dev.kernel_static_latency_s)
-    assert alone["performance_models"]["analytic"]["time_s"] == pytest.approx(q_proj["time_s"] + launch, rel=1e-12)
+    alone = price(OpRequest("mm", ((2, 256), (256, 256))), dev, ("analytic",), engine="eager")
+    # the op alone is the same kernel under the same engine: the same time, its fixed launch
+    # cost inside (a calibrated kernel's fit holds it), the host's launch interval not
+    assert alone["performance_models"]["analytic"]["time_s"] == pytest.approx(q_proj["time_s"], rel=1e-12)
+    assert q_proj["launch_s"] > 0  # inside the eager step the host's launch is charged apart
 
 
 def test_batch_in_row_order(cli, tmp_path):

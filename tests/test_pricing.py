@@ -36,9 +36,17 @@ def test_efficiency_is_piecewise_linear_and_flat_at_the_ends():
 
 
 def test_uncalibrated_units_are_priced_at_peak_and_reported():
-    model = AnalyticPerformanceModel(get_device("tpu-v5e"))
+    model = AnalyticPerformanceModel(get_device("cpu-local"))  # measured here, lends from no one
     assert model.uncalibrated() == ["matrix", "vector", "memory"]
     assert model.efficiencies["matrix"](dim("n")) == 1
+
+
+def test_a_device_without_measurements_borrows_the_nearest_calibrated_curves():
+    tpu = get_device("tpu-v5e")
+    # 197 TFLOP/s bf16 and 0.82 TB/s: the A100's (312, 2.04) are the nearest in log space
+    assert tpu.lender == "a100-sxm-80gb" and tpu.spec.calibration.efficiency.matrix is None
+    assert tpu.efficiency("matrix") == get_device("a100-sxm-80gb").efficiency("matrix")
+    assert AnalyticPerformanceModel(tpu).uncalibrated() == ["vector"]  # the lender has no vector curve
 
 
 def test_kernel_size_drives_efficiency_not_tile_size():

@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--performance-model", action="append", metavar="NAME",
                    help="analytic (default) or profiling; repeatable")
     p.add_argument("--profiling-database", metavar="DIR")
+    p.add_argument("--engine", metavar="NAME",
+                   help="serving engine whose kernels price the op (its calibrated fits and measured tables; "
+                        "default: the device's, see `perfcast engines`)")
     p.add_argument("--json", action="store_true", help="one JSON object per op, in order")
     p.set_defaults(run=run)
 
@@ -69,12 +72,13 @@ def run(args) -> int:
 
     device = resolve_device(args.device, args.device_file)
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
-    results = [price(r, device, models, args.profiling_database) for r in _requests(args)]
+    results = [price(r, device, models, args.profiling_database, args.engine) for r in _requests(args)]
     if args.json:
         for r in results:
             sys.stdout.write(json.dumps(r) + "\n")
         return 0
-    t = Table(title=f"Ops on {device.name}")
+    engine = results[0]["engine"] if results else None
+    t = Table(title=f"Ops on {device.name}" + (f" (engine {engine})" if engine else ""))
     for col in ("op", "shapes", "dtype", *(f"time ({m})" for m in models), "source", "bound"):
         t.add_column(col)
     for r in results:

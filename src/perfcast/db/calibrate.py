@@ -121,17 +121,8 @@ def peaks(device: Device, cls: KernelClass, variant: str) -> tuple[float, float]
     if dtype is not None and dtype not in rates:
         return None
     rate = float(rates[dtype]) if dtype is not None else 1.0
-    bw = class_bandwidth(device, cls)
+    bw = cls.bandwidth_of(device)
     return (rate, bw) if bw else None
-
-
-def class_bandwidth(device: Device, cls: KernelClass) -> float | None:
-    """HBM bandwidth, or for a collective class one device's links, summed (per direction)."""
-    sheet = device.spec.datasheet
-    if cls.bandwidth == "link":
-        links = list(sheet.links.values())
-        return float(links[0].bandwidth_bytes_per_s * links[0].count) if links else None
-    return float(sheet.hbm_bandwidth_bytes_per_s)
 
 
 def work_of(sample: Sample, units: int) -> KernelWork:
@@ -163,8 +154,9 @@ def fit_core(work: KernelWork, latency_s: np.ndarray, rate: float, bandwidth: fl
 
     items = sorted(work.items)
     s, p, lf, a = (_START[k] for k in ("static", "p", "lf", "a"))
-    ramp_x = (math.log(1e7), 6, 25)
-    spec = [s, p, lf, ramp_x, a] + ([lf, (math.log(1e10), 10, 35), a] if compute else []) + [(1.0, 0, 1e5)] * len(items)
+    half = (math.log(3e-6), math.log(1e-9), math.log(1e-2))  # the ramp's half time, s
+    spec = [s, p, lf, half, a] + ([lf, (math.log(1e-5), math.log(1e-9), math.log(1e-1)), a] if compute else []) \
+        + [(1.0, 0, 1e5)] * len(items)
     x0, lo, hi = (list(col) for col in zip(*spec))
     log_t = np.log(latency_s)
 
@@ -176,7 +168,7 @@ def fit_core(work: KernelWork, latency_s: np.ndarray, rate: float, bandwidth: fl
 
 
 def fit_residual(fit: KernelFit, work: KernelWork, axes: tuple[str, str], latency_s: np.ndarray,
-                 rate: float, bandwidth: float) -> Residual | None:
+                 rate: float, bandwidth: float, min_cell: int = MIN_CELL) -> Residual | None:
     log_r = np.log(latency_s / fit.time(work, rate, bandwidth))
     xs = [np.log2(np.maximum(np.asarray(work.axes[a], dtype=float), 1e-300)) for a in axes]
     edges = [np.arange(math.floor(x.min()), math.ceil(x.max()) + CELL_LOG2, CELL_LOG2) for x in xs]
@@ -187,7 +179,7 @@ def fit_residual(fit: KernelFit, work: KernelWork, axes: tuple[str, str], latenc
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
             cell = (idx[0] == i) & (idx[1] == j)
-            if cell.sum() >= MIN_CELL:
+            if cell.sum() >= min_cell:
                 grid[i, j] = float(np.median(log_r[cell]))
     centres = tuple(tuple(float(c) for c in (e[:-1] + e[1:]) / 2) for e in edges)
     return Residual(axes, centres, tuple(tuple(round(float(v), 4) for v in row) for row in grid))
@@ -201,7 +193,7 @@ def fit_sample(sample: Sample, device: Device, units: int | None = None) -> Kern
     work = work_of(sample, units)
     core = fit_core(work, sample.latency_s, *pk, compute=sample.cls.rate_dtype(sample.variant) is not None)
     axes = sample.cls.residual_axes
-    res = fit_residual(core, work, axes, sample.latency_s, *pk) if axes else None
+    res = fit_residual(core, work, axes, sample.latency_s, *pk, min_cell=sample.cls.min_cell) if axes else None
     return KernelFit(core.static_s, core.overlap, core.compute, core.memory, core.item_s, res)
 
 
@@ -230,7 +222,7 @@ def spec_of(fit: KernelFit, sample: Sample, pred: np.ndarray, database: str) -> 
     entry = {"static_s": _g(fit.static_s), "overlap": _g(fit.overlap)}
     for name, r in (("compute", fit.compute), ("memory", fit.memory)):
         if r is not None:
-            entry[name] = {"peak_fraction": _g(r.peak_fraction), "half_size": _g(r.half_size), "slope": _g(r.slope)}
+            entry[name] = {"peak_fraction": _g(r.peak_fraction), "half_time_s": _g(r.half_time_s), "slope": _g(r.slope)}
     entry["item_s"] = {k: _g(v) for k, v in fit.item_s.items()}
     if fit.residual is not None:
         r = fit.residual
@@ -247,6 +239,19 @@ def spec_of(fit: KernelFit, sample: Sample, pred: np.ndarray, database: str) -> 
     return entry
 
 
+#: a memory-bound kernel table stands for the engine's elementwise kernels only if its largest
+#: kernels stream at least this share of HBM bandwidth (a native kernel reaches 80-90 %; a
+#: composition of framework ops that round-trips memory several times does not)
+NATIVE = 0.5
+
+
+def native(sample: Sample, device: Device) -> bool:
+    nbytes = np.asarray(sample.shapes["bytes"], dtype=float)
+    top = nbytes >= np.quantile(nbytes, 0.9)
+    achieved = np.median(nbytes[top] / sample.latency_s[top])
+    return achieved >= NATIVE * float(device.spec.datasheet.hbm_bandwidth_bytes_per_s)
+
+
 def _g(x: float) -> float:
     return float(f"{x:.5g}")
 
@@ -258,6 +263,11 @@ def calibrate(root: Path, device: Device, database: str, progress=None) -> dict:
     mapping = load_database(Path(root)).mapping
     fits = {}
     for sample in samples(root):
+        if sample.cls.name == "vector" and not native(sample, device):
+            if progress:
+                progress(f"vector: {sample.table} skipped: it never reaches {NATIVE:.0%} of HBM bandwidth, so it is "
+                         f"not a native memory-bound kernel and does not stand for the engine's fused ones")
+            continue
         fit = fit_sample(sample, device)
         if fit is None:
             continue

@@ -338,6 +338,8 @@ def _allreduce(rule, entries, ctx, lw, state):
             pick = next(s for s in rule.strategies if _fits(s, size, tokens, group))
             e.kernel, e.kernel_class = pick.kernel, "allreduce"
             e.attrs["algorithm"] = pick.algorithm
+            if pick.algorithm in ("oneshot", "twoshot"):  # the engine's own kernel, measured apart from NCCL's
+                e.attrs["op"] = "custom_all_reduce"
             ep = rule.epilogue
             limit = ep.max_bytes_by_group.get(group) if ep is not None else None
             if ep is not None and pick.fuses_epilogue and holds(ep.when, ctx, tokens) \

@@ -22,7 +22,7 @@ NonNegative = Annotated[float, Field(strict=True, ge=0)]
 
 class RampSpec(_Strict):
     peak_fraction: Positive
-    half_size: Positive
+    half_time_s: Positive
     slope: Positive
 
 

@@ -45,7 +45,11 @@ def _resolve(op: str):
         raise UserError(f"unknown op {op!r} (expected e.g. mm, aten.mm.default, aten.mul.Tensor)") from None
 
 
-def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str | None = None) -> dict:
+def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str | None = None,
+          engine: str | None = None) -> dict:
+    """The op as one kernel under ``engine`` (default: the device's): the engine's calibrated
+    kernel fits (analytic) or its measured tables (profiling) price it, and its time is the
+    kernel's own — the fixed time of a launch included, the host's launch interval not."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -71,10 +75,14 @@ def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str
     finally:
         quiet.setLevel(level)
     low = lower(Capture(recorder.records, [], {}, set()), fusion=False)
+    from perfcast import engines
+
+    profile = engines.resolve(engine, device) if engine is not None or device.spec.default_engine else None
     out = {"op": req.op, "shapes": [list(s) for s in req.shapes], "dtype": req.dtype,
+           "engine": profile.name if profile is not None else None,
            "performance_models": {}, "unknown_ops": [op for (op, _), _n in low.unknown.items()]}
     for name in models:
-        model = make_model(name, device, database)
+        model = make_model(name, device, database, None, profile)
         r = rollup(low.graph, model)
         ev = r.evaluate({})
         leaves = list(ev.leaves.values())

@@ -316,17 +316,32 @@ def _parallel_notes(req: Request, mesh: Mesh | None) -> list[str]:
 
 
 def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
-    """What each performance model assumed on the way (uncalibrated units, rate fallbacks)."""
+    """What each performance model assumed on the way: which calibrated fits priced how many
+    kernels, the units the generic roofline priced at datasheet peak, rate fallbacks."""
     notes: list[str] = []
     for name, r in rollups.items():
         model = r.model
-        for unit in getattr(model, "uncalibrated", lambda: [])():
-            notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
-                         f"{unit} work priced at datasheet peak")
+        fits: dict[str, dict[str, int]] = {}
         seen: dict[str, int] = {}
+        generic = 0
         for lt in r.leaves:
+            calibrated = False
             for n in lt.result.notes:
-                seen[n] = seen.get(n, 0) + int(lt.trips)
+                if n.startswith("calibrated ") and n.endswith(")"):
+                    key, _, label = n.removeprefix("calibrated ").partition(" (")
+                    by = fits.setdefault(label[:-1], {})
+                    by[key] = by.get(key, 0) + int(lt.trips)
+                    calibrated = True
+                else:
+                    seen[n] = seen.get(n, 0) + int(lt.trips)
+            generic += not calibrated and lt.result.source.value == "analytic"
+        for label, by in fits.items():
+            notes.append(f"{name}: kernels priced by calibrated fits ({label}): "
+                         + ", ".join(f"{k} ×{n:,}" for k, n in sorted(by.items(), key=lambda kv: -kv[1])))
+        if generic:
+            for unit in getattr(model, "uncalibrated", lambda: [])():
+                notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
+                             f"{unit} work of the {generic} kernel(s) no calibrated fit covers priced at datasheet peak")
         notes.extend(f"{name}: {n} ({k:,} call{'s' if k != 1 else ''})" for n, k in seen.items())
     return notes
 

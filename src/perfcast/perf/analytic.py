@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 import sympy
 
-from perfcast.hardware.device import Device
+from perfcast.hardware.device import Device, exact
 from perfcast.hardware.topology import Mesh
 from perfcast.ir import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost, Leaf, UserError, hw
 from perfcast.ir.cost import LINK_PREFIX
@@ -55,12 +55,14 @@ class AnalyticPerformanceModel(PerformanceModel):
         return hw(name) if name in self.symbolic else value
 
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
-        if any(r.startswith(LINK_PREFIX) for r in op.cost):
-            return self.collective(op)
+        link = any(r.startswith(LINK_PREFIX) for r in op.cost)
         if kernel is None and self.calibration is not None:
             found = self.calibration.lookup(op)
-            if found is not None:
+            # an engine's own all-reduce was measured inside one NVLink domain
+            if found is not None and (not link or self._within_first_tier(op)):
                 return self._calibrated(op, *found)
+        if link:
+            return self.collective(op)
         busy, notes = self._busy(op, kernel)
         terms: dict[str, sympy.Expr] = {}
         if "matrix" in busy or "vector" in busy:
@@ -78,18 +80,36 @@ class AnalyticPerformanceModel(PerformanceModel):
         d = self.device
         rate_dtype = cls.rate_dtype(key.split("/", 1)[1])
         rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(rate_dtype)) if rate_dtype else sympy.Integer(1)
-        bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s)
+        bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s) if cls.bandwidth == "hbm" \
+            else exact(cls.bandwidth_of(d))
         time, breakdown = self.calibration.price(key, cls, shape, fit, rate, bw)
-        return Result(time, Provenance.ANALYTIC, breakdown, (f"calibrated {key} ({self.calibration.label})",),
+        return Result(time, Provenance.ANALYTIC, breakdown, (f"calibrated {key} ({self.calibration.source_of(key)})",),
                       includes_launch=True)
 
     def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
         """How long the leaf keeps each of the device's resources busy (``matrix``, ``vector``,
         ``hbm``, ``onchip``, ``link:<axis>``): the terms of its roofline, before the max. Matrix
         and vector work issue from the same cores, one after the other."""
-        if any(r.startswith(LINK_PREFIX) for r in op.cost):
+        link = any(r.startswith(LINK_PREFIX) for r in op.cost)
+        if kernel is None and self.calibration is not None:
+            found = self.calibration.lookup(op)
+            if found is not None and (not link or self._within_first_tier(op)):
+                r = self._calibrated(op, *found)
+                return {f"link:{op.attr('axis')}": r.time_s} if link else self._calibrated_busy(r)
+        if link:
             return {f"link:{op.attr('axis')}": self.collective(op).time_s}
         return self._busy(op, kernel)[0]
+
+    @staticmethod
+    def _calibrated_busy(r: Result) -> dict[str, sympy.Expr]:
+        """A calibrated kernel holds the matrix units and HBM in the proportion of its fitted
+        terms, the larger for the kernel's whole fitted time (its fixed and serial parts
+        included), so a schedule of calibrated kernels on one stream sums to their times."""
+        terms = {res: r.breakdown[t] for t, res in (("compute", "matrix"), ("memory.hbm", "hbm")) if t in r.breakdown}
+        if not terms:
+            return {"hbm": r.time_s}
+        top = sympy.Max(*terms.values())
+        return {res: v * r.time_s / top if top != 0 else r.time_s for res, v in terms.items()}
 
     def _busy(self, op: Leaf, kernel: Cost | None) -> tuple[dict[str, sympy.Expr], list[str]]:
         c, d, notes = op.cost, self.device, []
@@ -136,6 +156,12 @@ class AnalyticPerformanceModel(PerformanceModel):
             time = sympy.Min(*(o.time_s for o in options))
             note = f"{op.kind} over {axis}({group}): cheapest of {', '.join(o.algorithm for o in options)}"
         return Result(time, Provenance.ANALYTIC, {f"comm.{axis}": time}, (note,))
+
+    def _within_first_tier(self, op: Leaf) -> bool:
+        if self.mesh is None:
+            return False
+        tiers = self.crosses_tiers(op)
+        return tiers in ([], [self.mesh.topology.tiers[0].name])
 
     def crosses_tiers(self, op: Leaf) -> list[str]:
         """The topology tiers a collective leaf's group spans (empty without a mesh)."""

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from perfcast.hardware.calibration import (CalibrationFile, FitSpec, check_device, find_calibration,
-                                           load_calibration_file)
+from perfcast.hardware.calibration import (_PREFERENCE, CalibrationFile, FitSpec, calibration_files,
+                                           check_device, find_calibration, load_calibration_file)
 from perfcast.hardware.device import Device, exact
 from perfcast.ir import Leaf
 from perfcast.perf.kernel_classes import KernelClass, Shape, classify
@@ -27,7 +27,7 @@ from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 
 def to_fit(spec: FitSpec) -> KernelFit:
-    ramp = (lambda r: Ramp(r.peak_fraction, r.half_size, r.slope) if r is not None else None)
+    ramp = (lambda r: Ramp(r.peak_fraction, r.half_time_s, r.slope) if r is not None else None)
     res = spec.residual
     return KernelFit(spec.static_s, spec.overlap, ramp(spec.compute), ramp(spec.memory), dict(spec.item_s),
                      Residual(tuple(res.axes), (tuple(res.centres[0]), tuple(res.centres[1])),
@@ -41,18 +41,33 @@ class KernelCalibration:
     path: Path
     units: int  # compute units the fits count work against (the lender's when borrowed)
     lender: str | None = None  # the device whose fits these are, when borrowed
+    others: tuple[CalibrationFile, ...] = ()  # the same device's other engines, for classes this one lacks
     _fits: dict[str, KernelFit] = field(default_factory=dict)
+    _from: dict[str, CalibrationFile] = field(default_factory=dict)
     _functions: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        own = f"{self.file.framework} {self.file.version} fit on {self.file.device} measurements"
+        return self.label_of(self.file)
+
+    def label_of(self, cal: CalibrationFile) -> str:
+        own = f"{cal.framework} {cal.version} fit on {cal.device} measurements"
+        if cal is not self.file:
+            own += f"; {self.file.framework} {self.file.version}'s tables have none"
         return own + (f", borrowed for {self.device.name}" if self.lender else "")
 
     def fit(self, key: str) -> KernelFit | None:
-        if key not in self._fits and key in self.file.fits:
-            self._fits[key] = to_fit(self.file.fits[key])
+        """The class's fit from this engine's calibration, else from the device's other engines
+        (in the order trtllm, vllm, sglang; the note names which)."""
+        if key not in self._fits:
+            for cal in (self.file, *self.others):
+                if key in cal.fits:
+                    self._fits[key], self._from[key] = to_fit(cal.fits[key]), cal
+                    break
         return self._fits.get(key)
+
+    def source_of(self, key: str) -> str:
+        return self.label_of(self._from[key])
 
     def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit] | None:
         got = classify(leaf)
@@ -95,10 +110,10 @@ class KernelCalibration:
                 return fit.time(_work(a, items, axes), a[2], a[3])
 
             def compute(w, rate):
-                return np.asarray(w, dtype=float) / (rate * fit.compute(w))
+                return np.asarray(w, dtype=float) / (rate * fit.compute(w, rate))
 
             def memory(q, bw):
-                return np.asarray(q, dtype=float) / (bw * fit.memory(q))
+                return np.asarray(q, dtype=float) / (bw * fit.memory(q, bw))
 
             self._functions[key] = tuple(
                 (sympy.Function(f"{prefix}_{base}", positive=True), impl)
@@ -143,7 +158,9 @@ def kernel_calibration(device: Device, framework: str | None = None,
     units = owner.spec.datasheet.compute_units
     if units is None:
         return None
-    return KernelCalibration(device, cal, path, units, lender)
+    others = tuple(load_calibration_file(p) for p in calibration_files(name) if p != path)
+    others = tuple(sorted(others, key=lambda c: _PREFERENCE.get(c.framework, 9)))
+    return KernelCalibration(device, cal, path, units, lender, others)
 
 
 def _device(name: str) -> Device:

@@ -63,6 +63,16 @@ class KernelClass:
     rate_dtype: Callable[[str], str | None]
     residual_axes: tuple[str, str] | None
     bandwidth: str = "hbm"  # the datasheet bandwidth the memory term is a fraction of: hbm | link
+    min_cell: int = 3  # rows a residual cell needs for its median (sparse sweeps need fewer)
+
+    def bandwidth_of(self, device) -> float | None:
+        """HBM bandwidth, or for a collective class one device's links summed (per direction, the
+        first link type: NVLink on the GPUs); None for a device without links."""
+        sheet = device.spec.datasheet
+        if self.bandwidth == "link":
+            links = list(sheet.links.values())
+            return float(links[0].bandwidth_bytes_per_s * links[0].count) if links else None
+        return float(sheet.hbm_bandwidth_bytes_per_s)
 
 
 CLASSES: Registry[KernelClass] = Registry("kernel class")
@@ -252,9 +262,12 @@ def allreduce_work(s: Shape, units: int) -> KernelWork:
                       axes={"bytes": nbytes, "devices": n})
 
 
+#: the tables sweep one axis (bytes) at three group sizes: two rows per residual cell
 ALLREDUCE = _register(KernelClass("allreduce", ("devices", "dtype", "bytes"), lambda s: "any",
-                                  allreduce_work, lambda v: None, ("bytes", "devices"), bandwidth="link"))
-#: collective leaf ops priced by the engine's measured all-reduce (perf/profiling.py maps them)
+                                  allreduce_work, lambda v: None, ("bytes", "devices"), bandwidth="link",
+                                  min_cell=2))
+#: collective leaf ops priced by the engine's measured all-reduce (an engine profile names its
+#: one-shot/two-shot kernels so; the profiling databases map the same names)
 CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"})
 
 

@@ -11,9 +11,11 @@ A kernel of class *c* (a GEMM of one dtype, decode attention, a fused MoE, ...) 
 - ``R``, ``B``: the device's datasheet matrix rate (for the class's dtype) and HBM bandwidth, so
   every fitted figure is a fraction of a datasheet peak and carries over to a device of the same
   architecture with other peaks (an H200 is an H100 with faster HBM).
-- ``e``: the share of peak a kernel of that size reaches, rising from 0 to ``f`` around ``x₀``
-  with steepness ``a`` — the ramp-up and tail of a kernel over the machine (Williams et al.,
-  "Roofline", CACM 2009, §5 on ceilings below the peak).
+- ``e``: the share of peak a kernel of that size reaches, rising from 0 to ``f`` around
+  ``x₀ = t½ · peak`` with steepness ``a`` — the ramp-up and tail of a kernel over the machine
+  (Williams et al., "Roofline", CACM 2009, §5 on ceilings below the peak). The half size is
+  fitted as a time ``t½``: the work in flight a kernel needs to cover the machine's latency
+  (Little's law), which scales with the peak rate across devices of one architecture.
 - ``p``: how well a kernel overlaps its loads with its math. The p-norm is the generalized mean
   that joins the two classical limits: ``p → ∞`` is the roofline's ``max`` (perfect overlap),
   ``p = 1`` their sum (none); the fitted ``p`` is the kernel family's knee.
@@ -40,15 +42,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Ramp:
-    """``e(x) = peak_fraction / (1 + (half_size / x) ** slope)``."""
+    """``e(x) = peak_fraction / (1 + (half_time_s · peak / x) ** slope)``: the half size is the
+    work the peak rate does in ``half_time_s``, so the ramp is a time — work in flight over a
+    latency (Little's law) — and carries over to a device with another peak (an H200 keeps an
+    H100's memory latency at 1.43 times its bandwidth)."""
 
     peak_fraction: float
-    half_size: float
+    half_time_s: float
     slope: float
 
-    def __call__(self, x):
+    def __call__(self, x, peak: float):
         x = np.maximum(np.asarray(x, dtype=float), 1e-300)
-        return self.peak_fraction / (1.0 + (self.half_size / x) ** self.slope)
+        return self.peak_fraction / (1.0 + (self.half_time_s * peak / x) ** self.slope)
 
 
 @dataclass(frozen=True)
@@ -96,10 +101,10 @@ class KernelFit:
         out: dict[str, np.ndarray] = {}
         if self.compute is not None:
             w = np.asarray(work.flops, dtype=float)
-            out["compute"] = w / (rate * self.compute(w))
+            out["compute"] = w / (rate * self.compute(w, rate))
         if self.memory is not None:
             q = np.asarray(work.bytes, dtype=float)
-            out["memory"] = q / (bandwidth * self.memory(q))
+            out["memory"] = q / (bandwidth * self.memory(q, bandwidth))
         for name, tau in self.item_s.items():
             out[f"items.{name}"] = np.asarray(work.items[name], dtype=float) * tau
         return out

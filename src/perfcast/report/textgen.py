@@ -230,7 +230,7 @@ def to_json(result, ov: dict | None = None) -> dict:
                         "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
-                        "kernel_launches": int(result.rollups[name].launches),
+                        "kernel_launches": int(result.rollups[name].kernels),
                         "launch_time_s": ev.launch_time_s, "host_launch_time_s": ev.host_launch_s}
     first = next(iter(models))
     low = result.lowered
@@ -329,7 +329,7 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
                     seconds(t / row["calls"]) if row["calls"] else "", row["bound"], percent(t / total) if total else "")
     launches = {n: result.evaluations[n].launch_time_s for n in names}
     if launches[names[0]]:
-        count = max(doc["performance_models"][names[0]]["kernel_launches"], 1)
+        count = max(int(result.rollups[names[0]].launches), 1)  # the launches a fixed cost is charged for
         ops.add_row("(kernel launch latency)", f"{count:,}", *(seconds(launches[n]) for n in names),
                     seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
     console.print(ops)
