@@ -18,6 +18,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/kernel_accuracy.py
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py

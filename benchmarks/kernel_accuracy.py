@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
+# one BLAS thread: the fits are many small least-squares problems, and threads only contend
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from perfcast.db.calibrate import fit_sample, kfold, peaks, predict, samples, work_of
-from perfcast.hardware import get_device
-from perfcast.perf.profiling import find_database
+import numpy as np  # noqa: E402
+
+from perfcast.db.calibrate import fit_sample, kfold, peaks, predict, samples, work_of  # noqa: E402
+from perfcast.hardware import get_device  # noqa: E402
+from perfcast.perf.profiling import find_database  # noqa: E402
 
 DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb")
 BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us"), (500e-6, np.inf, ">=500us"))

@@ -7,13 +7,19 @@ perfcast; validation only, nothing is fitted to it). TPOT is mapped two ways
 isl + osl/2 — and **steady state** — the decode step plus the batch / osl prefills of one prompt
 that continuous batching interleaves per output token (aggregated runs).
 
-Targets (decode-step TPOT, until the serving simulator exists):
+Targets (the issue words them for the decode-step TPOT, until the serving simulator exists):
 
 - Llama-3.1-8B / H100 / TRT-LLM rows: median |error| ≤ 15 %, and no systematic over-prediction
   at concurrency ≤ 16 (signed median ≤ 0: a decode step is part of the measured interval, so it
   cannot be slower than it);
 - stratified sample (seed 0, ≤ 6 rows per system, model, backend, mode): median |error| ≤ 25 %
   on the rows perfcast predicts (coverage is printed beside it).
+
+Each target is judged under both mappings. A measured TPOT of an aggregated run holds the
+prefills that continuous batching interleaves, so even an exact decode step misses it by the
+prefills' share (a check with the measured kernel tables themselves: 36.7 % median on the
+Llama-3.1-8B / H100 / TRT-LLM rows); the steady-state mapping is the one that describes what was
+measured, and is the one to read.
 
 Run: ``.venv/bin/python benchmarks/validate_targets.py [--performance-model profiling] [--json]``
 (the whole file: a few minutes on two CPU cores; ``--population NAME`` for one population).
@@ -53,11 +59,11 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - t0
     pops = {p["key"]: p for p in doc["populations"] if p["named"]}
     rows = []
-    for key, mapping, stat, split, bound, text in TARGETS:
+    for key, literal, stat, split, bound, text in TARGETS:
         p = pops.get(key)
         if p is None:
             continue
-        for m in (*models, doc["baseline"]):
+        for mapping, m in ((mp, m) for mp in (literal, "steady-state") for m in (*models, doc["baseline"])):
             s = p["models"][m].get(f"{mapping}{split}")
             value = s[stat] if s else None
             rows.append({"population": p["population"], "target": text, "model": m, "mapping": mapping, "stat": stat,
@@ -71,7 +77,8 @@ def main(argv=None) -> int:
     print(f"baseline: {doc['baseline']} (naive datasheet roofline of the same steps, same run)")
     for r in rows:
         mark = "MET" if r["met"] else "missed"
-        print(f"  {r['population']:<30} {r['model']:<9} {r['target']:<68} {_pct(r['value'], r['stat'] == 'signed_median'):>9}  "
+        print(f"  {r['population']:<30} {r['model']:<9} {r['mapping']:<12} {r['target']:<68} "
+              f"{_pct(r['value'], r['stat'] == 'signed_median'):>9}  "
               f"(n {r['n']}, {r['coverage']})  {mark if r['model'] != doc['baseline'] else 'baseline'}")
     print("both TPOT mappings, every named population (median · p90 · signed median):")
     for p in pops.values():

@@ -30,6 +30,20 @@ GPU_ENGINES = ["trtllm", "vllm", "sglang"]
 
 
 @lru_cache(maxsize=None)
+def _eager_with_fits_of(engine: str) -> str:
+    """A copy of the eager profile whose kernels take ``engine``'s kernel fits (a profile file)."""
+    import tempfile
+
+    data = yaml.safe_load((profiles_dir() / "eager.yaml").read_text())
+    data["calibration"] = {"framework": get_engine(engine).database.framework,
+                           "reason": f"the test compares eager's kernel structure with {engine}'s at equal kernel speed"}
+    path = f"{tempfile.mkdtemp(prefix='perfcast-eager-')}/eager-{engine}.yaml"
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f)
+    return path
+
+
+@lru_cache(maxsize=None)
 def sim(model: str, device: str, engine: str, decode: bool, tp: int = 1, topology: str | None = None,
         sequences: int = 8):
     shape = dict(num_queries=sequences, context_length=1024, decode=True) if decode else \
@@ -243,15 +257,17 @@ def test_layer_rotation_keeps_the_eager_cost_exact():
 @pytest.mark.parametrize("model", CATALOG)
 def test_catalog_sanity_under_every_engine(model):
     """No step beats the HBM roofline of what it must read, every engine keeps every matrix FLOP,
-    and no engine is slower (or moves more bytes) than PyTorch eager."""
+    and no engine is slower (or moves more bytes) than PyTorch eager running the same kernels —
+    eager's structure (one kernel per op, host launches) priced with the engine's own kernel fits,
+    so what is compared is what the engine fuses and replays, not whose kernels are faster."""
     d = load_model_config(model).data
     moe = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts")
     sliding = "sliding_attention" in (d.get("layer_types") or [])
     for device in ("h100-sxm", "h200-sxm"):
         peak = float(get_device(device).hbm_bandwidth_bytes_per_s)
         for decode in (True, False):
-            eager = sim(model, device, "eager", decode).evaluations["analytic"]
             for engine in GPU_ENGINES:
+                eager = sim(model, device, _eager_with_fits_of(engine), decode).evaluations["analytic"]
                 r = sim(model, device, engine, decode)
                 ev = r.evaluations["analytic"]
                 where = (model, device, engine, "decode" if decode else "prefill")

@@ -37,8 +37,8 @@ MAPPING_TEXT = {
                     "(continuous batching in steady state); disaggregated: the decode step",
     "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing)",
     "assumptions": "KV cache in the model dtype (the data do not state it); fp8_block, nvfp4 and int4_wo priced "
-                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; the serving engine is recorded per "
-                   "row but not yet used in pricing",
+                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; each row is priced as its backend "
+                   "runs it (--engine trtllm, vllm or sglang: that engine's kernels, launches and kernel fits)",
 }
 
 #: The split the issue's targets use: at low concurrency a decode step is latency-bound.
