@@ -170,11 +170,24 @@ def test_invalid_dense_layouts(dense, layout, kw, message):
 @pytest.mark.parametrize("layout, message", [
     (Layout(tp=4, ep=3), "--ep-size 3 does not divide the 16 routed experts"),
     (Layout(tp=1, ep=2), "--ep-size 2 must divide --tp-size 1"),
-    (Layout(dp=4, ep=2, attention_dp=True), "--ep-size must equal --tp-size × --dp-size = 4"),
+    (Layout(dp=6, ep=4, attention_dp=True), "--ep-size 4 must divide --tp-size × --dp-size = 6"),
 ])
 def test_invalid_moe_layouts(moe, layout, message):
     with pytest.raises(UserError, match=message):
-        run(moe, layout, num_queries=4)
+        run(moe, layout, num_queries=6)
+
+
+def test_attention_dp_with_expert_tensor_parallelism(moe):
+    """ep 2 of a group of tp 1 × dp 4: each expert's FFN split over moe_tp 2 devices, which all
+    compute every token routed to the expert shard — dispatched over ep, gathered over moe_tp,
+    reduce-scattered back, combined over ep."""
+    r = run(moe, Layout(dp=4, ep=2, attention_dp=True), num_queries=8)
+    kinds = [lt.leaf.kind for lt in r.rollups["analytic"].leaves
+             if lt.leaf.kind in ("all_to_all", "all_gather", "reduce_scatter")]
+    assert kinds[:4] == ["all_to_all", "all_gather", "reduce_scatter", "all_to_all"]
+    moe_leaf = next(lt.leaf for lt in r.rollups["analytic"].leaves if lt.leaf.kind == "grouped_matmul")
+    # token share moe_tp / tp = 2: the rank's 2 sequences and its moe_tp partner's
+    assert moe_leaf.attr("token_share") == 2 and moe_leaf.attr("expert_tp") == 2
 
 
 def test_cli_parallel_flags_and_errors(cli, dense):

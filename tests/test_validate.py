@@ -123,17 +123,27 @@ def test_nvfp4_is_approximate_where_fp4_exists(llama):
     ({"moe_ep_size": "2"}, "layout: moe_ep_size 2 for a model without routed experts"),
     ({"batch_size": ""}, "agg: no batch_size (the batch of the step is not stated)"),
     ({"tp_size": ""}, "agg: no tp_size (the layout of the step is not stated)"),
-    ({"mode": "disagg"}, "disagg: no decode_batch_size (the batch of the step is not stated)"),
+    ({"mode": "disagg", "concurrency": ""}, "disagg: no decode_batch_size (the batch of the step is not stated)"),
 ])
 def test_every_refusal_has_its_reason(llama, changes, reason):
     c = silicon.map_row({**llama, **changes})
     assert not c.predictable and c.reason == reason
 
 
-def test_moe_layout_refusals(llama):
-    # perfcast's own check: with attention-DP every device of the MoE group holds experts
+def test_disagg_rows_without_decode_batch_or_workers_assume_one_decode_worker(llama):
+    # concurrency 32, attention-DP 2: each of the one worker's two ranks holds 16 sequences
+    c = silicon.map_row({**llama, "mode": "disagg", "concurrency": "32", "decode_tp_size": "1",
+                         "decode_attention_dp_size": "2", "decode_batch_size": ""})
+    assert c.predictable and c.batch == 16 and c.approximate == (silicon.ONE_DECODE_WORKER,)
+    stated = silicon.map_row({**llama, "mode": "disagg", "concurrency": "32", "decode_tp_size": "1",
+                              "decode_batch_size": "8"})
+    assert stated.batch == 8 and not stated.approximate  # a stated batch is taken as it is
+
+
+def test_moe_layouts(llama):
+    # attention-DP over 8 ranks with every expert's FFN split 8 ways (moe_ep 1): priced
     c = silicon.map_row(_moe_row(llama, tp_size="1", attention_dp_size="8", moe_tp_size="8", moe_ep_size="1"))
-    assert c.reason.startswith("refused by perfcast: --attention-dp: --ep-size must equal --tp-size × --dp-size = 8")
+    assert c.predictable and c.layout.attention_dp and c.layout.moe_tp == 8
     # aiconfigurator's constraint tp · adp = moe_tp · moe_ep broken by the row itself: 1 · 1 ≠ 2 · 1
     c = silicon.map_row(_moe_row(llama, tp_size="1", moe_tp_size="2", moe_ep_size="1"))
     assert c.reason == ("layout: moe_tp_size 2 × moe_ep_size 1 ≠ tp_size 1 × attention_dp_size 1 "

@@ -118,9 +118,9 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
         raise UserError(f"--attention-dp: {model} has no MoE layers to share; use --dp-size alone for replicas")
     if experts and experts % layout.ep:
         raise UserError(f"--ep-size {layout.ep} does not divide the {experts} routed experts of {model}")
-    if layout.attention_dp and layout.ep != layout.moe_group:
-        raise UserError(f"--attention-dp: --ep-size must equal --tp-size × --dp-size = {layout.moe_group} "
-                        f"(every device of the MoE layer holds a shard of the experts); got {layout.ep}")
+    if layout.attention_dp and layout.moe_group % layout.ep:
+        raise UserError(f"--attention-dp: --ep-size {layout.ep} must divide --tp-size × --dp-size = "
+                        f"{layout.moe_group} (the MoE layer's devices: ep expert shards × expert tensor parallelism)")
     if not layout.attention_dp and layout.tp % layout.ep:
         raise UserError(f"--ep-size {layout.ep} must divide --tp-size {layout.tp} (experts are sharded over the "
                         f"tensor-parallel group; pass --attention-dp to shard them over the data-parallel ranks too)")
@@ -276,19 +276,36 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
                 top_k: int) -> OpRecord:
     """The grouped GEMM with its expert and token shares; with attention data parallelism, the
     dispatch all-to-all before it and the combine after (each of the tp ranks of a data-parallel
-    rank dispatches 1/tp of its tokens, top-k copies each), then an all-gather over tp."""
-    tp, ep = layout.tp, layout.ep
-    share = sympy.Rational(1, tp) if layout.attention_dp else sympy.Rational(1, ep)
-    rec = replace(rec, scalars=(*rec.scalars[:2], ep, share, layout.attention_dp and ep > 1, layout.moe_tp))
+    rank dispatches 1/tp of its tokens, top-k copies each), then an all-gather over tp.
+
+    With expert tensor parallelism inside the MoE group as well (ep < tp·dp: each expert's
+    FFN split over moe_tp devices, aiconfigurator's ``tp · attention_dp = moe_tp · moe_ep``),
+    the moe_tp devices of an expert shard all compute every token routed to it — their share of
+    the group's token-expert pairs is moe_tp/tp of their own rows — so the dispatched tokens are
+    also all-gathered over moe_tp before the GEMMs and the partial sums reduce-scattered after
+    (TensorRT-LLM's attention-DP MoE without all-to-all: all-gather + reduce-scatter over the
+    group, tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py)."""
+    tp, ep, moe_tp = layout.tp, layout.ep, layout.moe_tp
+    share = sympy.Rational(moe_tp, tp) if layout.attention_dp else sympy.Rational(1, ep)
+    rec = replace(rec, scalars=(*rec.scalars[:2], ep, share, layout.attention_dp and ep > 1, moe_tp))
     hidden = rec.inputs[0]
     tokens, width = _tokens_by_hidden(hidden)
-    if layout.attention_dp and ep > 1:
-        routed = (tokens * top_k / tp, width)
-        out.append(_collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer,
-                               in_shape=routed))
+    if layout.attention_dp and layout.moe_group > 1:
+        routed = (tokens * top_k / tp, width) if ep > 1 else (tokens / tp, width)
+        gathered = (routed[0] * moe_tp, width)
+        if ep > 1:
+            out.append(_collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer,
+                                   in_shape=routed))
+        if moe_tp > 1:
+            out.append(_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, rec.module, rec.layer,
+                                   in_shape=routed))
         out.append(rec)
-        comb = _collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer, in_shape=routed)
-        out.append(comb)
+        if moe_tp > 1:
+            out.append(_collective("reduce_scatter", rec.outputs[0], routed, "moe_tp", moe_tp, uids, rec.module,
+                                   rec.layer, in_shape=gathered))
+        if ep > 1:
+            out.append(_collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer,
+                                   in_shape=routed))
         if tp > 1:
             out.append(_collective("all_gather", rec.outputs[0], (tokens, width), "tp", tp, uids, rec.module,
                                    rec.layer, in_shape=(tokens / tp, width)))

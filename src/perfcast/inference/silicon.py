@@ -188,28 +188,41 @@ def _quantization(row: dict) -> tuple[str | None, tuple[str, ...], str | None]:
     return chosen.pop(), approx, None
 
 
-def _layout(row: dict, cfg: dict, disagg: bool) -> tuple[Layout | None, int, str | None]:
-    """(layout, batch per attention-DP rank, refusal reason) of the step's workers."""
+#: A disaggregated row that states neither the decode batch nor the decode workers: the decode
+#: workers together hold every concurrent request (disaggregated serving moves a request to a
+#: decode worker for its whole decode phase: NVIDIA Dynamo / TRT-LLM disaggregated serving docs),
+#: and with the number of workers unstated, one worker holding them all is the assumption —
+#: an upper bound on its batch, so the row is priced and labelled approximate.
+ONE_DECODE_WORKER = ("disagg: decode_batch_size and decode_num_workers not stated: one decode worker "
+                     "holds all concurrent requests (an upper bound on its batch)")
+
+
+def _layout(row: dict, cfg: dict, disagg: bool) -> tuple[Layout | None, int, str | None, tuple[str, ...]]:
+    """(layout, batch per attention-DP rank, refusal reason, assumptions) of the step's workers."""
     pre = "decode_" if disagg else ""
     batch = _int(row, f"{pre}batch_size")
     tp = _int(row, f"{pre}tp_size")
+    assumed: tuple[str, ...] = ()
+    if (batch is None or batch < 1) and disagg and _int(row, "concurrency"):
+        adp = _int(row, "decode_attention_dp_size", default=1, zero_is_unset=True)
+        batch, assumed = -(-_int(row, "concurrency") // adp), (ONE_DECODE_WORKER,)
     if batch is None or batch < 1:
-        return None, 0, f"{row['mode']}: no {pre}batch_size (the batch of the step is not stated)"
+        return None, 0, f"{row['mode']}: no {pre}batch_size (the batch of the step is not stated)", ()
     if tp is None or tp < 1:
-        return None, batch, f"{row['mode']}: no {pre}tp_size (the layout of the step is not stated)"
+        return None, batch, f"{row['mode']}: no {pre}tp_size (the layout of the step is not stated)", ()
     pp = _int(row, f"{pre}pp_size", default=1, zero_is_unset=True)
     adp = _int(row, f"{pre}attention_dp_size", default=1, zero_is_unset=True)
     moe_tp = _int(row, f"{pre}moe_tp_size", default=None, zero_is_unset=True)
     ep = _int(row, f"{pre}moe_ep_size", default=1, zero_is_unset=True)
     if not experts_of(cfg):
         if ep > 1:
-            return None, batch, f"layout: moe_ep_size {ep} for a model without routed experts"
-        return Layout(tp=tp, dp=adp, pp=pp), batch, None
+            return None, batch, f"layout: moe_ep_size {ep} for a model without routed experts", ()
+        return Layout(tp=tp, dp=adp, pp=pp), batch, None, assumed
     if moe_tp is not None and moe_tp * ep != tp * adp:
         # aiconfigurator-core 0.12.0 sdk/config.py requires tp · attention_dp = moe_tp · moe_ep
         return None, batch, (f"layout: {pre}moe_tp_size {moe_tp} × {pre}moe_ep_size {ep} ≠ {pre}tp_size {tp} × "
-                             f"{pre}attention_dp_size {adp} (the row breaks aiconfigurator's own constraint)")
-    return Layout(tp=tp, ep=ep, dp=adp, pp=pp, attention_dp=adp > 1), batch, None
+                             f"{pre}attention_dp_size {adp} (the row breaks aiconfigurator's own constraint)"), ()
+    return Layout(tp=tp, ep=ep, dp=adp, pp=pp, attention_dp=adp > 1), batch, None, assumed
 
 
 def map_row(row: dict) -> Case:
@@ -247,8 +260,8 @@ def map_row(row: dict) -> Case:
     if why:
         return replace(base, reason=why)
     base = replace(base, quantize=quantize, approximate=approx)
-    layout, batch, why = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
-    base = replace(base, layout=layout, batch=batch)
+    layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
+    base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
     if why:
         return replace(base, reason=why)
     if not base.concurrency:
