@@ -12,7 +12,8 @@ from perfcast.capture.parallel import Layout
 from perfcast.inference import published, silicon
 from perfcast.inference.steps import Group, Prices, StepTime, _closed_form, _simulate, price
 from perfcast.inference.validation import (MAPPINGS, Prediction, ValidationRequest, ci_subset, command,
-                                           predict, select, summarize, tpot_decode_step, tpot_steady_state)
+                                           predict, select, summarize, tpot_decode_step, tpot_static,
+                                           tpot_steady_state)
 from perfcast.inference.validation_stats import Population, by_key, stats, stratified
 from perfcast.ir import UserError
 
@@ -110,7 +111,7 @@ def test_nvfp4_is_approximate_where_fp4_exists(llama):
     ({"model_path": "zhipuai/GLM-5"}, "unsupported architecture glm_moe_dsa"),
     ({"model_path": "org/New"}, "unknown model org/New (not in perfcast's mapping table)"),
     ({"backend": "tgi"}, "unknown backend tgi (known: trtllm, vllm, sglang)"),
-    ({"mode": "offline"}, "unknown mode 'offline' (expected agg or disagg)"),
+    ({"mode": "offline"}, "unknown mode 'offline' (expected agg, disagg, static)"),
     ({"osl": "1"}, "no isl, osl ≥ 2 and measured TPOT in the row"),
     ({"silicon_tpot_ms": ""}, "no isl, osl ≥ 2 and measured TPOT in the row"),
     ({"gemm_quant_mode": "fp6"}, "unknown quantization mode 'fp6' (known: none, fp8, fp8_block, nvfp4, int4_wo)"),
@@ -271,7 +272,7 @@ def test_selection_filters_and_their_errors(frame):
 
 def test_published_rows_keep_their_source_and_map(tmp_path):
     pub, sources = published.read()
-    assert len(pub) == 21 and set(pub["source"]) == {"vultr-b200-concurrency"}
+    assert len(pub) == 21 + 108 and set(pub["source"]) == {"vultr-b200-concurrency", "trtllm-0.9.0-performance"}
     assert sources["vultr-b200-concurrency"]["url"].startswith("https://docs.vultr.com/")
     first = pub.to_dict("records")[0]
     assert (first["batch_size"], first["isl"], first["osl"], first["silicon_tpot_ms"]) == ("1", "2048", "512", "2.91")
@@ -279,6 +280,62 @@ def test_published_rows_keep_their_source_and_map(tmp_path):
     bad.write_text("sources: {s: {url: x}}\ntables:\n  - {source: s, table: t, row: {gpu: h100}, columns: [], values: []}\n")
     with pytest.raises(UserError, match=r"tables\[0\]: unknown column 'gpu'"):
         published.read(bad)
+
+
+# --- static batches: TensorRT-LLM 0.9.0's performance tables ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def static_rows():
+    pub, _ = published.read()
+    return {r["id"].split(": ", 1)[1]: r for r in pub.to_dict("records") if r["mode"] == "static"}
+
+
+def test_static_tables_state_time_per_output_token(static_rows):
+    assert len(static_rows) == 3 * 6 * (4 + 2)  # H200/H100/A100 × six models × (4 throughput + 2 first-token)
+    r = static_rows["Peak Throughput, H200 GPUs (FP8): LLaMA 7B: b896 tp1 128/128"]
+    # 896 sequences / (20,618 output tokens/s per GPU × 1 GPU) = 43.457 ms per output token of the batch
+    assert float(r["silicon_tpot_ms"]) == pytest.approx(896 / 20618 * 1e3) == pytest.approx(43.4572)
+    r = static_rows["Peak Throughput, H100 GPUs (FP8): Falcon 180B: b1024 tp4 128/128"]
+    assert float(r["silicon_tpot_ms"]) == pytest.approx(1024 / (1100 * 4) * 1e3)  # 232.7 ms
+    assert (r["dtype"], r["kv_cache_dtype"], r["gemm_quant_mode"]) == ("fp16", "fp8", "fp8")
+    r = static_rows["Low Latency, A100 GPUs (FP16): LLaMA 70B: b1 tp8 2048/1"]
+    assert (r["batch_size"], r["osl"], r["silicon_ttft_ms"], r["kv_cache_dtype"]) == ("1", "1", "249.2", "fp16")
+
+
+def test_static_cases_price_the_whole_batch_prefill(static_rows):
+    from perfcast.inference.steps import point_of
+
+    c = silicon.map_row(static_rows["Peak Throughput, H100 GPUs (FP8): LLaMA 7B: b84 tp1 2048/128"])
+    assert c.predictable and (c.model, c.device, c.quantize, c.dtype, c.kv_dtype) == (
+        "llama-2-7b", "h100-sxm", "fp8", "fp16", "fp8")
+    assert silicon.phases(c) == (True, False)
+    assert point_of(c, True) == (84, 2048 + 128 // 2) and point_of(c, False) == (84, 2048)  # all 84 prompts at once
+    assert command(c) == ("perfcast text-generate llama-2-7b --device h100-sxm --decode --num-queries 84 "
+                          "--context-length 2112 --dtype fp16 --quantize fp8 --kv-cache-dtype fp8")
+    first = silicon.map_row(static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"])
+    assert first.predictable and silicon.phases(first) == (False,) and point_of(first, False) == (1, 2048)
+    bad = silicon.map_row({**static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"],
+                           "kv_cache_dtype": "int4"})
+    assert bad.reason == "column kv_cache_dtype: 'int4' (expected bf16, fp16 or fp8)"
+
+
+def test_static_time_per_token_and_prediction(static_rows):
+    # one 0.5 s prefill for the first token, then 127 decode steps of 20 ms: (0.5 + 127 × 0.02) / 128
+    assert tpot_static(0.020, 0.5, 128) == pytest.approx((0.5 + 2.54) / 128) == pytest.approx(0.02375)
+    c = silicon.map_row(static_rows["Peak Throughput, H100 GPUs (FP8): LLaMA 7B: b84 tp1 2048/128"])
+    first = silicon.map_row(static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"])
+    prices = price([c, first], ("analytic",), baseline=False)
+    d, p = prices.of(c, True)["analytic"], prices.of(c, False)["analytic"]
+    ref = _simulate(Group("llama-2-7b", "h100-sxm", "fp8", Layout(), "trtllm", False, "fp16", "fp8"),
+                    (84, 2048), ["analytic"])["analytic"]
+    assert p.seconds == pytest.approx(ref.seconds, rel=1e-12)  # the batch's prefill is simulate's number
+    pred = {x.case.id: x for x in predict([c, first], prices, ("analytic",))["analytic"]}
+    assert pred[c.id].tpot_ms["steady-state"] == pytest.approx((p.seconds + 127 * d.seconds) / 128 * 1e3)
+    assert pred[c.id].tpot_ms["decode-step"] == pytest.approx(d.seconds * 1e3)
+    assert pred[first.id].tpot_ms == {} and pred[first.id].ttft_ms == pytest.approx(
+        prices.of(first, False)["analytic"].seconds * 1e3)
+    assert pred[first.id].error("steady-state") is None  # a first-token row has no TPOT to miss
 
 
 # --- pricing: the grouped closed form is simulate's number ------------------------------------
@@ -318,7 +375,8 @@ def test_price_groups_decode_and_prefill_and_what_they_cannot_price(llama):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--population", "all"], "--population 'all': expected one of llama-3.1-8b-h100-trtllm, stratified, published"),
+    (["--population", "all"], "--population 'all': expected one of llama-3.1-8b-h100-trtllm, stratified, published, "
+                              "published-static"),
     (["--silicon-sample", "/nonexistent/sample.csv"], "--silicon-sample /nonexistent/sample.csv: no such file"),
     (["--system", "tpu_v9"], "--system tpu_v9: no row has it"),
     (["--limit", "0"], "--limit must be at least 1 (got 0)"),
@@ -357,13 +415,13 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     proc = cli("validate", "--subset", "ci", "--json", "--rows", str(rows_file), check=True)
     doc = json.loads(proc.stdout)
     cases = silicon.map_frame(frame)
-    expected = len(ci_subset(cases)) + 21  # + the published rows
+    expected = len(ci_subset(cases)) + 21 + 18  # + the published rows: Vultr's, and Llama-2 7B's static ones
     assert doc["rows"]["selected"] == expected
     assert doc["rows"]["mappable"] > 0 and sum(doc["refused"].values()) == expected - doc["rows"]["mappable"]
     assert doc["baseline"] == "roofline" and doc["performance_models"] == ["analytic"]
-    assert list(doc["mapping"]) == ["decode-step", "steady-state", "ttft", "assumptions"]  # the output says which
+    assert list(doc["mapping"]) == ["decode-step", "steady-state", "ttft", "static", "assumptions"]  # the output says which
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
-    assert set(named) == {"selected", "llama-3.1-8b-h100-trtllm", "stratified", "published"}
+    assert set(named) == {"selected", "llama-3.1-8b-h100-trtllm", "stratified", "published", "published-static"}
     for key in ("selected", "llama-3.1-8b-h100-trtllm", "stratified"):
         for m in ("analytic", "roofline"):
             entry = named[key]["models"][m]
@@ -373,13 +431,19 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
                 assert s["n"] == entry["predicted"]
                 assert all(math.isfinite(s[k]) for k in ("median_abs", "p90_abs", "signed_median"))
             assert f"{MAPPINGS[0]} concurrency<=16" in entry
-    assert named["published"]["rows"] == 21 and named["published"]["mappable"] == 0
+    assert named["published"]["rows"] == 39 and named["published"]["mappable"] == 18
+    static = named["published-static"]["models"]["analytic"]
+    # 3 devices × 4 throughput rows have a time per token; 3 × 2 first-token rows a TTFT
+    assert static["steady-state"]["n"] == 12 and static["ttft"]["n"] == 6
     records = json.loads(rows_file.read_text())
     assert len(records) == expected
     mapped = [r for r in records if not r["refused"]]
     assert len(mapped) == doc["rows"]["mappable"]
     for r in mapped:
         for m in ("analytic", "roofline"):
+            if r["mode"] == "static" and r["osl"] == 1:
+                assert r[f"{m} ttft_ms"] > 0 and r[f"{m} decode-step tpot_ms"] is None
+                continue
             assert r[f"{m} decode-step tpot_ms"] > 0 and r[f"{m} steady-state tpot_ms"] >= r[f"{m} decode-step tpot_ms"]
         assert r["command"].startswith("perfcast text-generate ") and r["engine"] in ("trtllm", "vllm", "sglang")
     assert all(r["refused"] for r in records if not r["command"] or r["system"] == "gb200")

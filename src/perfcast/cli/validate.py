@@ -26,9 +26,11 @@ def add_parser(sub) -> None:
     p.add_argument("--model", action="append", default=[], metavar="NAME",
                    help="only these models (model_path, or the catalog model e.g. deepseek-v3); repeatable")
     p.add_argument("--backend", action="append", default=[], metavar="NAME", help="only trtllm, vllm or sglang rows")
-    p.add_argument("--mode", action="append", default=[], choices=("agg", "disagg"), help="only agg or disagg rows")
+    p.add_argument("--mode", action="append", default=[], choices=("agg", "disagg", "static"),
+                   help="only agg, disagg or static (a published static batch) rows")
     p.add_argument("--population", metavar="NAME",
-                   help="only one named population: llama-3.1-8b-h100-trtllm, stratified or published")
+                   help="only one named population: llama-3.1-8b-h100-trtllm, stratified, published or "
+                        "published-static")
     p.add_argument("--subset", metavar="NAME", help="ci: the fast subset CI runs (see docs/design/validation.md)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N rows (in file order, after the filters)")
     p.add_argument("--seed", type=int, default=0, help="seed of the stratified sample (default 0)")

@@ -43,6 +43,9 @@ COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precisio
            "moe_tp_size", "moe_ep_size", "decode_batch_size", "decode_tp_size", "decode_pp_size",
            "decode_attention_dp_size", "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms",
            "silicon_tpot_ms")
+#: ``static``: a static batch (TensorRT-LLM's gptSessionBenchmark, the published
+#: performance tables before v0.10): one prefill of the whole batch, then its decode steps.
+MODES = ("agg", "disagg", "static")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
 
@@ -127,6 +130,8 @@ class Case:
     reason: str | None = None
     approximate: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
 
     @property
     def num_queries(self) -> int:
@@ -252,10 +257,15 @@ def map_row(row: dict) -> Case:
     if engine is None:
         return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
     base = replace(base, engine=engine["engine"])
-    if base.mode not in ("agg", "disagg"):
-        return replace(base, reason=f"unknown mode {base.mode!r} (expected agg or disagg)")
-    if base.isl < 1 or base.osl < 2 or not math.isfinite(base.tpot_ms):
+    if base.mode not in MODES:
+        return replace(base, reason=f"unknown mode {base.mode!r} (expected {', '.join(MODES)})")
+    first_token_only = base.mode == "static" and base.osl == 1 and math.isfinite(base.ttft_ms)
+    if base.isl < 1 or not (first_token_only or (base.osl >= 2 and math.isfinite(base.tpot_ms))):
         return replace(base, reason="no isl, osl ≥ 2 and measured TPOT in the row")
+    for col in ("dtype", "kv_cache_dtype"):
+        if row.get(col) and row[col] not in ("bf16", "fp16", "fp8"):
+            return replace(base, reason=f"column {col}: {row[col]!r} (expected bf16, fp16 or fp8)")
+    base = replace(base, dtype=row.get("dtype") or "bf16", kv_dtype=row.get("kv_cache_dtype") or None)
     quantize, approx, why = _quantization(row)
     if why:
         return replace(base, reason=why)
@@ -269,11 +279,22 @@ def map_row(row: dict) -> Case:
     from perfcast.inference.steps import case_request
 
     try:
-        for decode in (True, False) if base.mode == "agg" else (True,):
+        for decode in phases(base):
             case_request(base, decode=decode).validate()
     except (UserError, SpecError) as e:
         return replace(base, reason=f"refused by perfcast: {e}")
     return base
+
+
+def phases(case: Case) -> tuple[bool, ...]:
+    """The steps a case needs (``True``: its decode step, ``False``: its prefill): both for an
+    aggregated or a static-batch run, the decode step for a disaggregated one, the prefill alone
+    for a static first-token measurement (``osl`` 1)."""
+    if case.mode == "disagg":
+        return (True,)
+    if case.mode == "static" and case.osl < 2:
+        return (False,)
+    return (True, False)
 
 
 def map_frame(frame: pd.DataFrame) -> list[Case]:

@@ -26,7 +26,7 @@ from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
 from perfcast.hardware.spec import SpecError
 from perfcast.inference.roofline import DatasheetRoofline
-from perfcast.inference.silicon import Case, catalog_model
+from perfcast.inference.silicon import Case, catalog_model, phases
 from perfcast.inference.textgen import Request, make_model, simulate
 from perfcast.ir import UserError, dim, itemsize
 from perfcast.perf import Provenance
@@ -46,6 +46,8 @@ class Group:
     layout: par.Layout
     engine: str
     decode: bool
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,24 +66,29 @@ class StepTime:
 def step_request(group: Group, *, batch: int, length: int,
                  performance_models: tuple[str, ...] = ("analytic",)) -> Request:
     """The perfcast request of one step: decode — ``batch`` sequences per data-parallel rank with
-    ``length`` tokens of context; prefill — one sequence of ``length`` new tokens per rank."""
+    ``length`` tokens of context; prefill — ``batch`` sequences of ``length`` new tokens per rank
+    (one for a continuous-batching prefill, the whole batch for a static batch)."""
     layout = group.layout
     # the one place a validation step becomes a Request: the row's serving engine prices it
     return Request(model=catalog_model(group.model), device=get_device(group.device),
-                   num_queries=batch * layout.dp if group.decode else layout.dp,
+                   num_queries=batch * layout.dp,
                    query_length=1 if group.decode else length,
                    context_length=length if group.decode else 0, decode=group.decode,
-                   quantize=group.quantize, layout=layout, performance_models=performance_models,
-                   engine=group.engine)
+                   dtype=group.dtype, quantize=group.quantize, kv_dtype=group.kv_dtype, layout=layout,
+                   performance_models=performance_models, engine=group.engine)
 
 
 def group_of(case: Case, decode: bool) -> Group:
-    return Group(case.model, case.device, case.quantize, case.layout, case.engine, decode)
+    return Group(case.model, case.device, case.quantize, case.layout, case.engine, decode, case.dtype,
+                 case.kv_dtype)
 
 
 def point_of(case: Case, decode: bool) -> tuple[int, int]:
-    """(batch per rank, context) of the decode step; (1, prompt length) of the prefill."""
-    return (case.batch, case.context) if decode else (1, case.isl)
+    """(batch per rank, context) of the decode step; (sequences per rank, prompt length) of the
+    prefill: one prompt under continuous batching, the whole batch of a static batch."""
+    if decode:
+        return case.batch, case.context
+    return (case.batch if case.mode == "static" else 1), case.isl
 
 
 def case_request(case: Case, *, decode: bool, performance_models: tuple[str, ...] = ("analytic",)) -> Request:
@@ -108,7 +115,7 @@ def price(cases: list[Case], models: tuple[str, ...] = ("analytic",), baseline: 
     for c in cases:
         if not c.predictable:
             continue
-        for decode in (True, False) if c.mode == "agg" else (True,):
+        for decode in phases(c):
             points[group_of(c, decode)].add(point_of(c, decode))
     prices = Prices()
     for group, pts in sorted(points.items(), key=lambda kv: repr(kv[0])):

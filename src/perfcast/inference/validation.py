@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from perfcast.inference.silicon import Case
+from perfcast.inference.silicon import Case, phases
 from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
 from perfcast.ir import UserError
@@ -35,8 +35,12 @@ MAPPING_TEXT = {
                    "isl + osl/2",
     "steady-state": "aggregated: the decode step + (batch per rank / osl) × one prefill of isl tokens per rank "
                     "(continuous batching in steady state); disaggregated: the decode step",
-    "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing)",
-    "assumptions": "KV cache in the model dtype (the data do not state it); fp8_block, nvfp4 and int4_wo priced "
+    "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing); static rows: the prefill of the "
+            "whole batch (the first-token tables: batch 1)",
+    "static": "static batch (mode static): steady-state = (one prefill of the batch + (osl − 1) decode steps at "
+              "isl + osl/2) / osl, against batch / (measured output tokens/s per GPU × GPUs)",
+    "assumptions": "KV cache in the model dtype where a row does not state it (silicon_sample.csv does not; the "
+                   "static tables do: fp8 on H100/H200); fp8_block, nvfp4 and int4_wo priced "
                    "as perfcast's fp8, fp4, w4a16 and labelled approximate; each row is priced as its backend "
                    "runs it (--engine trtllm, vllm or sglang: that engine's kernels, launches and kernel fits)",
 }
@@ -74,27 +78,41 @@ class Prediction:
         return None if p is None else p / self.case.tpot_ms - 1
 
 
+def tpot_static(t_decode_s: float, t_prefill_s: float, osl: int) -> float:
+    """A static batch's time per output token: one prefill of the whole batch gives the first
+    token, ``osl − 1`` decode steps the rest (TensorRT-LLM gptSessionBenchmark: throughput =
+    batch · osl / the generation's latency), each decode step priced at the mean context."""
+    return (t_prefill_s + (osl - 1) * t_decode_s) / osl
+
+
 def predict(cases: list[Case], prices: Prices, models: tuple[str, ...]) -> dict[str, list[Prediction]]:
     """Per performance model (and the baseline), a prediction for every predictable case."""
     out: dict[str, list[Prediction]] = {m: [] for m in models}
     for c in cases:
         if not c.predictable:
             continue
-        decode = prices.of(c, True)
-        prefill = prices.of(c, False) if c.mode == "agg" else {}
+        need = phases(c)
+        decode = prices.of(c, True) if True in need else {}
+        prefill = prices.of(c, False) if False in need else {}
         for m in models:
             d, p = decode.get(m), prefill.get(m)
-            why = _missing(d, "decode step") or (_missing(p, "prefill") if c.mode == "agg" else None)
+            why = ((_missing(d, "decode step") if True in need else None)
+                   or (_missing(p, "prefill") if False in need else None))
             if why:
                 out[m].append(Prediction(c, m, reason=why))
                 continue
-            tpot = {"decode-step": tpot_decode_step(d.seconds) * 1e3}
-            if c.mode == "agg":
-                tpot["steady-state"] = tpot_steady_state(d.seconds, p.seconds, c.batch, c.osl) * 1e3
-            else:
-                tpot["steady-state"] = tpot["decode-step"]
+            tpot = {}
+            if d is not None:
+                tpot["decode-step"] = tpot_decode_step(d.seconds) * 1e3
+                if c.mode == "agg":
+                    tpot["steady-state"] = tpot_steady_state(d.seconds, p.seconds, c.batch, c.osl) * 1e3
+                elif c.mode == "static":
+                    tpot["steady-state"] = tpot_static(d.seconds, p.seconds, c.osl) * 1e3
+                else:
+                    tpot["steady-state"] = tpot["decode-step"]
             out[m].append(Prediction(c, m, tpot, p.seconds * 1e3 if p is not None else None,
-                                     measured_share=d.measured_share, unpriced=max(d.unpriced, p.unpriced if p else 0)))
+                                     measured_share=d.measured_share if d else None,
+                                     unpriced=max(d.unpriced if d else 0, p.unpriced if p else 0)))
     return out
 
 
@@ -140,7 +158,7 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
 # --- the application: select, price, summarize -------------------------------------------
 
 
-NAMED = ("llama-3.1-8b-h100-trtllm", "stratified", "published")
+NAMED = ("llama-3.1-8b-h100-trtllm", "stratified", "published", "published-static")
 _PUBLISHED = "published:"  # the id prefix of published rows
 SUBSETS = ("ci",)
 
@@ -194,8 +212,13 @@ def select(req: ValidationRequest, cases: list[Case]) -> tuple[list[Case], list[
     silicon = [c for c in cases if not c.id.startswith(_PUBLISHED)]
     named = [llama_8b_h100_trtllm(silicon), stratified(silicon, req.seed)]
     if len(silicon) != len(cases):
-        named.append(Population("published", frozenset(c.id for c in cases if c.id.startswith(_PUBLISHED)),
+        pub = [c for c in cases if c.id.startswith(_PUBLISHED)]
+        named.append(Population("published", frozenset(c.id for c in pub),
                                 "published measurements (perfcast/data/validation/published.yaml)", "published"))
+        named.append(Population("published static batches", frozenset(c.id for c in pub if c.mode == "static"),
+                                "TensorRT-LLM 0.9.0's static-batch tables (gptSessionBenchmark): the time per "
+                                "output token of the whole generation, and the first-token latency of batch 1",
+                                "published-static"))
     chosen = cases
     chosen = _filter(chosen, req.systems, "--system", lambda c: (c.system, c.device))
     chosen = _filter(chosen, req.models, "--model", lambda c: (c.model_path, c.family))
@@ -203,7 +226,8 @@ def select(req: ValidationRequest, cases: list[Case]) -> tuple[list[Case], list[
     chosen = _filter(chosen, req.modes, "--mode", lambda c: (c.mode,))
     if req.subset == "ci":
         keep = ci_subset(silicon)
-        chosen = [c for c in chosen if c.id in keep or c.id.startswith(_PUBLISHED)]
+        chosen = [c for c in chosen if c.id in keep or (c.id.startswith(_PUBLISHED)
+                                                        and (c.mode != "static" or c.family == "llama-2-7b"))]
     if req.population is not None:
         pop = next((p for p in named if p.key == req.population), None)
         chosen = [c for c in chosen if pop is not None and c.id in pop.ids]
@@ -223,20 +247,38 @@ def ci_subset(cases: list[Case]) -> frozenset[str]:
                      and (not c.predictable or c.family in ("llama-3.1-8b", "qwen3-32b")))
 
 
+def _default_engine(device: str) -> str:
+    from perfcast import engines
+    from perfcast.hardware import get_device
+
+    return engines.resolve(None, get_device(device)).name
+
+
 def command(case: Case) -> str:
-    """The ``perfcast text-generate`` line of the case's decode step."""
+    """The ``perfcast text-generate`` line of the case's decode step (of its prefill for a
+    first-token measurement)."""
     if not case.predictable and case.layout is None:
         return ""
     lay = case.layout
-    parts = ["perfcast text-generate", case.model, "--device", case.device, "--decode",
-             "--num-queries", str(case.num_queries), "--context-length", str(case.context)]
+    if True in phases(case):
+        parts = ["perfcast text-generate", case.model, "--device", case.device, "--decode",
+                 "--num-queries", str(case.num_queries), "--context-length", str(case.context)]
+    else:
+        parts = ["perfcast text-generate", case.model, "--device", case.device,
+                 "--num-queries", str(case.num_queries), "--query-length", str(case.isl)]
     for flag, v in (("--tp-size", lay.tp), ("--ep-size", lay.ep), ("--dp-size", lay.dp), ("--pp-size", lay.pp)):
         if v > 1:
             parts += [flag, str(v)]
     if lay.attention_dp:
         parts.append("--attention-dp")
+    if case.engine and case.engine != _default_engine(case.device):
+        parts += ["--engine", case.engine]
+    if case.dtype != "bf16":
+        parts += ["--dtype", case.dtype]
     if case.quantize:
         parts += ["--quantize", case.quantize]
+    if case.kv_dtype:
+        parts += ["--kv-cache-dtype", case.kv_dtype]
     return " ".join(parts)
 
 
