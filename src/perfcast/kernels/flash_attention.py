@@ -16,6 +16,8 @@ started on chip.
 
 from __future__ import annotations
 
+import inspect
+
 from perfcast.kernels.registry import kernel
 
 _DEFAULTS = dict(B=1, H=32, T_q=4096, T_kv=4096, hd_qk=128, hd_v=128, q_blk=128, kv_blk=128)
@@ -87,6 +89,7 @@ def attention(b, Q, K, V, O, *, q_blk, kv_blk, kv_len=None, prefix: str = "", fi
         l0 = b.fill(n("l0"), rows, "fp32", value=0)
 
         @b.reduce_loop(b.tiles(kv_len, kv_blk), init=[acc0, m0, l0], name=n("kv_tiles"))
+        @carrying(*(prefix.replace(".", "_") + a for a in ("o_acc", "m_prev", "l_prev")))
         def kv_tiles(o_acc, m_prev, l_prev):
             k_t = b.load_tile(n("k_t"), K, kv_shape + (kv_blk, hd_qk))
             v_t = b.load_tile(n("v_t"), V, kv_shape + (kv_blk, hd_v))
@@ -106,3 +109,15 @@ def attention(b, Q, K, V, O, *, q_blk, kv_blk, kv_len=None, prefix: str = "", fi
         return b.store_tile(n("out"), b.tensor_div(n("normalize"), o, l), O)
 
     return q_tiles
+
+
+def carrying(*names: str):
+    """Decorator: a loop body whose carried accumulators get ``names`` (identifiers) — a
+    reduce loop names them after its body's parameters, and names are unique in a trace."""
+
+    def deco(f):
+        f.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
+        return f
+
+    return deco
