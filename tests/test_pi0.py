@@ -166,3 +166,37 @@ def test_bad_symbol_is_a_clear_error(capsys):
     assert main(["kernel", "pi0", "--set", "steps=10"]) == 2
     err = capsys.readouterr().err
     assert "unknown symbol 'steps'" in err and "Traceback" not in err
+
+
+def test_pi05_action_expert_step_flops_by_hand():
+    # π0.5: the suffix is the H = 50 action tokens (no state token); the prompt is L = 200 tokens,
+    # so the keys are 768 + 200 + 50 = 1018, in ceil(1018/64) = 16 tiles = 1024. Each of the 37
+    # adaptive norms (2 per layer, and the final one) runs a 1024 → 3·1024 Dense on one
+    # conditioning row.
+    S, D, F, keys = 50, 1024, 4096, 16 * 64
+    per_layer = (2 * S * D * 2048 * 2 + 2 * S * D * 256 * 2 + 2 * S * D * F * 3
+                 + 2 * 8 * S * keys * 256 * 2 + 2 * 3 * 2 * 1 * D * D)
+    assert per_layer == 2_162_163_712
+    time_mlp, action_in, final_norm, action_out = 2 * 2 * D * D, 2 * S * 32 * D, 3 * 2 * D * D, 2 * S * D * 32
+    step = 18 * per_layer + time_mlp + action_in + final_norm + action_out
+    assert step == 38_935_986_176
+    g = get_kernel("pi05").graph
+    loop = next(v.op for v in walk(g) if isinstance(v.op, Loop) and v.op.name == "denoise")
+    body = cost(loop.body)
+    assert at(body[FLOPS_MATRIX], L=200) == step
+    # the adaptive norms' weights are read every step: 37 · 3 · 1024² bf16 values
+    modulation = tuple(f"_w_{part}" for part in ("scale", "shift", "gate"))  # expert.ln1_w_scale, …
+    ada = sum((v.op.cost[BYTES_HBM] * v.trips for v in walk(loop.body) if getattr(v.op, "kind", None) == "load"
+               and v.op.attr("source").endswith(modulation)), sympy.Integer(0))
+    assert ada == 37 * 3 * D * D * 2 == 232_783_872
+    assert {s.name for s in cost(g)[FLOPS_MATRIX].free_symbols} == {"B", "images", "L", "k", "H"}
+
+
+def test_pi05_in_the_catalog():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["kernel", "pi05", "--json", "--device", "h200-sxm"]) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["point"]["L"] == 200
+    assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate"}
+    assert not any("state token" in n for n in doc["notes"])  # π0.5 has none

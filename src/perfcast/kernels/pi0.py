@@ -16,6 +16,13 @@ structure from openpi ``src/openpi/models/pi0.py`` ``Pi0.sample_actions``).
    layer attending the prefix's cached keys of the same layer and the suffix's own —, projects
    the last ``H`` tokens to velocities (``action_out_proj``) and takes the Euler step.
 
+**π0.5** (Physical Intelligence, "π0.5: a Vision-Language-Action Model with Open-World
+Generalization", arXiv:2504.16054, §IV; openpi ``Pi0Config(pi05=True)``) keeps the prefix (the
+robot state discretised into the prompt's tokens) and changes the action expert: the suffix is
+the ``H`` action tokens (``action_in_proj``); the flow time goes through ``time_mlp_in``/``out``
+(swish after each) into every RMSNorm of the expert as an adaptive norm (scale, shift, and a gate
+on the residual branch), the final norm included.
+
 Design symbols: ``B`` observations per step (batch), ``images``, ``L`` text tokens, ``k`` steps,
 ``H`` the chunk length. Model sizes are parameters of :func:`pi0_step` with π0's published sizes
 as defaults (:data:`SIGLIP_SO400M`, :data:`GEMMA_2B`, :data:`GEMMA_300M`).
@@ -35,7 +42,7 @@ import sympy
 
 from perfcast.dsl import TraceError
 from perfcast.kernels.registry import TIME, Figure, kernel
-from perfcast.kernels.transformer import Stack, const, gelu_tanh, layer_norm, layers, load, rms_norm
+from perfcast.kernels.transformer import Stack, ada_rms_norm, const, layer_norm, layers, load, rms_norm
 
 # big_vision ``big_vision/models/vit.py`` ``decode_variant("So400m/14")``: width 1152, depth 27,
 # mlp_dim 4304, 16 heads (Alabdulmohsin et al., arXiv:2305.13035, §4); openpi builds it with
@@ -66,9 +73,9 @@ FIGURES = (
            "next step's chunk is used (the bound for an execution horizon of H; h < H executed "
            "actions per chunk give h / time)"),
 )
+_STATE_NOTE = ("suffix attention is full over prefix + suffix (π0 masks the state token off the "
+               "actions: not saved)")
 NOTES = (
-    "suffix attention is full over prefix + suffix (π0 masks the state token off the actions: "
-    "not saved)",
     "suffix keys/values written into the cache's tail (openpi concatenates to a copy: one more "
     "cache pass per layer and step, not priced)",
     "sinusoidal flow-time embedding read as a table (its B·1024 sin/cos per step not priced)",
@@ -77,19 +84,29 @@ NOTES = (
 )
 
 
-@kernel("pi0", defaults=_DEFAULTS, padded=True, figures=FIGURES, notes=NOTES,
+@kernel("pi0", defaults=_DEFAULTS, padded=True, figures=FIGURES, notes=(_STATE_NOTE, *NOTES),
         description="π0 VLA control step: SigLIP + Gemma-2B prefill of images and text, then k "
                     "flow-matching steps of the 300M action expert over H actions")
 def pi0(b):
     return pi0_step(b)
 
 
-def pi0_step(b, *, vision: Stack = SIGLIP_SO400M, vlm: Stack = GEMMA_2B, expert: Stack = GEMMA_300M,
+# openpi pi0_config.Pi0Config(pi05=True): max_token_len 200 (the prompt carries the discretised
+# state), action_horizon 50.
+@kernel("pi05", defaults=dict(_DEFAULTS, L=200), padded=True, figures=FIGURES, notes=NOTES,
+        description="π0.5 VLA control step: as pi0, the flow time through adaptive RMSNorms of the "
+                    "action expert and the state in the prompt (no state token)")
+def pi05(b):
+    return pi0_step(b, pi05=True)
+
+
+def pi0_step(b, *, pi05: bool = False, vision: Stack = SIGLIP_SO400M, vlm: Stack = GEMMA_2B, expert: Stack = GEMMA_300M,
              vocab: int = PALIGEMMA_VOCAB, action_dim: int = ACTION_DIM, q_blk: int = Q_BLK,
              kv_blk: int = KV_BLK):
-    """Trace one control step; returns the final action chunk ``(B, H, action_dim)``."""
+    """Trace one control step; returns the final action chunk ``(B, H, action_dim)``. ``pi05``:
+    π0.5's action expert (no state token, the flow time through adaptive RMSNorms)."""
     B, n_img, L, k, H = b.dims("B images L k H")
-    P, S = PATCHES * n_img + L, H + 1
+    P, S = PATCHES * n_img + L, H if pi05 else H + 1
     D = vlm.width
     prefix = b.hbm("prefix", (B, P, D))
     # the KV cache, per layer: the prefix's keys then the suffix's (one layer's slice, read and
@@ -102,14 +119,15 @@ def pi0_step(b, *, vision: Stack = SIGLIP_SO400M, vlm: Stack = GEMMA_2B, expert:
     _vision(b, vision, B * n_img, D, prefix, q_blk, kv_blk)
 
     @b.block(name="vlm.embed", launch=True)
-    def text_tokens():  # the prefix's last L rows
+    def text_tokens():
+        # the gather reads the L rows and writes them (the prefix's last L rows: its rule counts
+        # both); the √D scale is fused into it
         ids = load(b, "vlm.load_token_ids", b.hbm("token_ids", (B, L), "int32"))
         rows = b.gather("vlm.embed_lookup", b.hbm("vlm.embedding", (vocab, D)), ids, (B, L, D))
-        scaled = b.tensor_mul("vlm.embed_scale", rows, const(b, "vlm.sqrt_width", f"sqrt({D})"))
-        b.store_tile("vlm.store_text_tokens", scaled, prefix)
+        b.tensor_mul("vlm.embed_scale", rows, const(b, "vlm.sqrt_width", f"sqrt({D})"))
 
     layers(b, vlm, prefix, cache, kv_len=P, q_blk=q_blk, kv_blk=kv_blk)
-    return _denoise(b, expert, (B, H, S, P + S, k), action_dim, cache, q_blk, kv_blk)
+    return _denoise(b, expert, (B, H, S, P + S, k), action_dim, cache, q_blk, kv_blk, pi05)
 
 
 def _vision(b, s: Stack, N, width, prefix, q_blk, kv_blk):
@@ -142,58 +160,78 @@ def _vision(b, s: Stack, N, width, prefix, q_blk, kv_blk):
         b.store_tile("vit.store_image_tokens", y, prefix)
 
 
-def _denoise(b, s: Stack, sizes, action_dim, cache, q_blk, kv_blk):
+def _denoise(b, s: Stack, sizes, action_dim, cache, q_blk, kv_blk, pi05):
     """``k`` Euler steps of the action expert, carrying the action chunk ``x``. Everything is
     bf16: openpi runs the small state/action projections and the time MLP in fp32 (about
-    ``2·H·D·(action_dim + 3·D)`` FLOPs a step, 0.3 GFLOP at the defaults), priced here at the bf16 rate."""
+    ``2·H·D·(action_dim + 3·D)`` FLOPs a step, 0.3 GFLOP at the defaults), priced here at the bf16
+    rate."""
     B, H, S, T_kv, k = sizes
     D, p = s.width, s.name + "."
     suffix = b.hbm("suffix", (B, S, D))
-    state = b.hbm("state", (B, 1, action_dim))
     x0 = b.hbm("noise", (B, H, action_dim))
-    mid = b.hbm(p + "action_time", (B, H, D))
     x_next = b.hbm("actions", (B, H, action_dim))
 
     def w(name, shape):
         return b.hbm(p + name, shape)
 
-    w_state, b_state = w("w_state", (action_dim, D)), w("b_state", (D,))
-    w_in, b_in = w("w_action_in", (action_dim, D)), w("b_action_in", (D,))
-    w_mlp_a, w_mlp_t, b_mlp_in = w("w_time_mlp_in_action", (D, D)), w("w_time_mlp_in_time", (D, D)), w("b_time_mlp_in", (D,))
-    w_mlp_out, b_mlp_out = w("w_time_mlp_out", (D, D)), w("b_time_mlp_out", (D,))
-    w_out, b_out = w("w_action_out", (D, action_dim)), w("b_action_out", (action_dim,))
-    time_emb = b.hbm(p + "time_embedding", (B, 1, D))
-
     def dense(name, x, wt, bias, eq="nti,io->nto"):
         y = b.einsum(p + name, eq, x, load(b, p + "load_" + wt.name[len(p):], wt))
         return b.tensor_add(p + name + "_bias", y, load(b, p + "load_" + bias.name[len(p):], bias))
 
+    w_in, b_in = w("w_action_in", (action_dim, D)), w("b_action_in", (D,))
+    w_out, b_out = w("w_action_out", (D, action_dim)), w("b_action_out", (action_dim,))
+    time_emb = b.hbm(p + "time_embedding", (B, 1, D))
+    mlp = [(w(f"w_time_mlp_{n}", (D, D)), w(f"b_time_mlp_{n}", (D,))) for n in ("in", "out")]
+    if pi05:
+        cond = b.hbm(p + "time_cond", (B, 1, D))
+        final = {part: (w(f"final_norm_w_{part}", (D, D)), w(f"final_norm_b_{part}", (D,)))
+                 for part in ("scale", "shift", "gate")}
+    else:
+        cond, mid = None, b.hbm(p + "action_time", (B, H, D))
+        state = b.hbm("state", (B, 1, action_dim))
+        w_state, b_state = w("w_state", (action_dim, D)), w("b_state", (D,))
+        w_mlp_t = w("w_time_mlp_in_time", (D, D))  # the time half of action_time_mlp_in
+
     def step(x_t):
-        @b.block(name=p + "embed_state", launch=True)
-        def embed_state():  # the suffix's first token
-            b.store_tile(p + "store_state_token", dense("state_proj", load(b, p + "load_state", state), w_state, b_state), suffix)
+        if pi05:
+            @b.block(name=p + "time_mlp", launch=True)
+            def time_mlp():  # π0.5: swish(Dense(swish(Dense(t_emb)))) conditions every norm
+                t = load(b, p + "load_time", time_emb)
+                for i, (wt, bias) in enumerate(mlp):
+                    t = b.silu(f"{p}swish{i}", dense(f"time_mlp_{i}", t, wt, bias))
+                b.store_tile(p + "store_time_cond", t, cond)
 
-        @b.block(name=p + "embed_actions", launch=True)
-        def embed_actions():
-            a = dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in)
-            # openpi concatenates [action tokens, time tokens broadcast over H] and applies one
-            # 2·D → D Dense: the two halves of that contraction, the broadcast materialised
-            t = b.tensor_add(p + "time_broadcast", b.fill(p + "zeros", (B, H, D)), load(b, p + "load_time", time_emb))
-            y = b.tensor_add(p + "time_mlp_in", b.einsum(p + "time_mlp_in_action", "nti,io->nto", a, load(b, p + "load_w_mlp_a", w_mlp_a)),
-                             b.einsum(p + "time_mlp_in_time", "nti,io->nto", t, load(b, p + "load_w_mlp_t", w_mlp_t)))
-            y = b.silu(p + "swish", b.tensor_add(p + "time_mlp_in_bias", y, load(b, p + "load_b_mlp_in", b_mlp_in)))
-            b.store_tile(p + "store_action_time", y, mid)
+            @b.block(name=p + "embed_actions", launch=True)
+            def embed_actions():  # the suffix is the H action tokens
+                b.store_tile(p + "store_action_tokens", dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in), suffix)
+        else:
+            @b.block(name=p + "embed_state", launch=True)
+            def embed_state():  # the suffix's first token
+                b.store_tile(p + "store_state_token", dense("state_proj", load(b, p + "load_state", state), w_state, b_state), suffix)
 
-        @b.block(name=p + "time_mlp_out", launch=True)
-        def time_mlp_out():  # the suffix's last H tokens
-            b.store_tile(p + "store_action_tokens", dense("time_mlp_out_proj", load(b, p + "load_mid", mid), w_mlp_out, b_mlp_out), suffix)
+            @b.block(name=p + "embed_actions", launch=True)
+            def embed_actions():
+                a = dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in)
+                # openpi concatenates [action tokens, time tokens broadcast over H] and applies one
+                # 2·D → D Dense: the two halves of that contraction, the broadcast materialised
+                t = b.tensor_add(p + "time_broadcast", b.fill(p + "zeros", (B, H, D)), load(b, p + "load_time", time_emb))
+                y = b.tensor_add(p + "time_mlp_in", dense("time_mlp_in_action", a, *mlp[0]),
+                                 b.einsum(p + "time_mlp_in_time", "nti,io->nto", t, load(b, p + "load_w_mlp_t", w_mlp_t)))
+                b.store_tile(p + "store_action_time", b.silu(p + "swish", y), mid)
 
-        h = layers(b, s, suffix, cache, kv_len=T_kv, q_blk=S, kv_blk=kv_blk)
+            @b.block(name=p + "time_mlp_out", launch=True)
+            def time_mlp_out():  # the suffix's last H tokens
+                b.store_tile(p + "store_action_tokens", dense("time_mlp_out_proj", load(b, p + "load_mid", mid), *mlp[1]), suffix)
+
+        h = layers(b, s, suffix, cache, kv_len=T_kv, q_blk=S, kv_blk=kv_blk, cond=cond)
 
         @b.block(name=p + "velocity", launch=True)
         def velocity():  # the last H tokens' velocity and the Euler step x + dt·v, dt = −1/k
-            y = rms_norm(b, p + "final_norm.", b.load_tile(p + "load_h_actions", h, (B, H, D)),
-                         load(b, p + "load_final_norm", w("final_norm_scale", (D,))), s.eps)
+            y = b.load_tile(p + "load_h_actions", h, (B, H, D))
+            if pi05:  # the final norm's gate is unused
+                y, _ = ada_rms_norm(b, p + "final_norm.", y, load(b, p + "load_cond_final", cond), final, s.eps)
+            else:
+                y = rms_norm(b, p + "final_norm.", y, load(b, p + "load_final_norm", w("final_norm_scale", (D,))), s.eps)
             v = dense("action_out_proj", y, w_out, b_out)
             x = b.tensor_add(p + "euler", load(b, p + "load_x_t", x_t), b.tensor_mul(p + "dt_v", v, const(b, p + "dt", "-1/k")))
             return b.store_tile(p + "store_actions", x, x_next)

@@ -69,6 +69,24 @@ def rms_norm(b, p: str, x, scale, eps: float):
     return b.tensor_mul(p + "gain", b.tensor_mul(p + "normalize", x, r), scale)
 
 
+def ada_rms_norm(b, p: str, x, cond, weights, eps: float):
+    """Adaptive RMSNorm (π0.5's flow-time conditioning: openpi ``gemma.py`` ``RMSNorm`` with
+    ``cond``): ``Dense(cond) → (scale, shift, gate)``, ``x̂·(1 + scale) + shift``; the gate scales
+    the sub-block's output on the residual (``_gated_residual``: ``x + y·gate``). ``weights``: the
+    Dense's ``(D, D)`` kernels and ``(D,)`` biases per part (one ``D → 3D`` Dense, split); the
+    ``1 + scale`` is one vector op on the ``(N, 1, D)`` conditioning rows. Returns ``(y, gate)``."""
+    ss = b.reduce_sum(p + "sumsq", b.tensor_mul(p + "square", x, x))
+    ms = b.tensor_mul(p + "mean_square", ss, const(b, p + "inv_width", f"1/{x.shape[-1]}"))
+    r = b.rsqrt(p + "rsqrt", b.tensor_add(p + "plus_eps", ms, const(b, p + "eps", eps)))
+    mod = {}
+    for part, (w, bias) in weights.items():
+        m = b.einsum(f"{p}{part}_proj", "nsd,de->nse", cond, load(b, f"{p}load_w_{part}", w))
+        mod[part] = b.tensor_add(f"{p}{part}_bias", m, load(b, f"{p}load_b_{part}", bias))
+    gain = b.tensor_add(p + "one_plus_scale", mod["scale"], const(b, p + "one", 1))
+    y = b.tensor_mul(p + "gain", b.tensor_mul(p + "normalize", x, r), gain)
+    return b.tensor_add(p + "shift", y, mod["shift"]), mod["gate"]
+
+
 def layer_norm(b, p: str, x, gamma, beta, eps: float):
     """``(x − mean) · rsqrt(var + eps) · γ + β`` over the last dim (Ba et al., "Layer
     Normalization", arXiv:1607.06450, eq. 3-4; the two-pass mean/variance of flax
@@ -99,11 +117,12 @@ def rope(b, p: str, x, cos, sin):
     return b.tensor_add(p + "rope", b.tensor_mul(p + "rope_cos", x, cos), b.tensor_mul(p + "rope_sin", x, sin))
 
 
-def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk):
+def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk, cond=None):
     """``s.depth`` layers over the residual stream ``h0`` ``(N, T, D)``; the loop's value is the
     last layer's output. ``kv`` is the ``(K, V)`` cache ``(N, H_kv, T_kv, hd)``: each layer writes
     its ``T`` tokens' keys and values there and attends the first ``kv_len`` keys (the tokens of
-    an earlier stack first, then these)."""
+    an earlier stack first, then these). With ``cond`` (``(N, 1, D)`` in HBM) the two norms are
+    adaptive RMSNorms (:func:`ada_rms_norm`) and their gates scale the residual branches."""
     N, T, D = h0.shape
     Hk, G, hd, F = s.kv_heads, s.group, s.head_dim, s.mlp_dim
     p = s.name + "."
@@ -124,7 +143,16 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk):
     q_buf, o_buf = hbm("q", (N, Hk, G, T, hd)), hbm("attn_out", (N, Hk, G, T, hd))
     h_attn, act, h_out = hbm("h_attn", (N, T, D)), hbm("mlp_act", (N, T, F)), hbm("h_out", (N, T, D))
 
+    if cond is not None:  # per norm: the modulation Dense, and its gate kept for the residual
+        ada = {i: {part: (hbm(f"ln{i}_w_{part}", (D, D)), hbm(f"ln{i}_b_{part}", (D,)))
+                   for part in ("scale", "shift", "gate")} for i in (1, 2)}
+        gates = {i: hbm(f"ln{i}_gate", (N, 1, D)) for i in (1, 2)}
+
     def norm(i, x):
+        if cond is not None:
+            y, gate = ada_rms_norm(b, f"{p}ln{i}.", x, load(b, f"{p}load_cond{i}", cond), ada[i], s.eps)
+            b.store_tile(f"{p}store_gate{i}", gate, gates[i])
+            return y
         ws = [load(b, f"{p}load_ln{i}_{j}", w) for j, w in enumerate(norms[i - 1])]
         if s.gemma:
             return rms_norm(b, f"{p}ln{i}.", x, ws[0], s.eps)
@@ -132,6 +160,9 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk):
 
     def biased(name, y, bias):
         return y if s.gemma else b.tensor_add(p + name, y, load(b, p + "load_" + name, bias))
+
+    def gated(i, y):
+        return y if cond is None else b.tensor_mul(f"{p}gate{i}", y, load(b, f"{p}load_gate{i}", gates[i]))
 
     def layer(h):
         @b.block(name=p + "qkv", launch=True)
@@ -156,7 +187,7 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk):
         @b.block(name=p + "o_proj", launch=True)
         def o_proj():
             o = b.einsum(p + "out_proj", "nkgte,kged->ntd", load(b, p + "load_attn", o_buf), load(b, p + "load_w_o", wo))
-            o = biased("o_bias", o, None if s.gemma else bo)
+            o = gated(1, biased("o_bias", o, None if s.gemma else bo))
             return b.store_tile(p + "store_h_attn", b.tensor_add(p + "residual_attn", o, load(b, p + "load_res", h)), h_attn)
 
         @b.block(name=p + "mlp_up", launch=True)
@@ -172,7 +203,7 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk):
         @b.block(name=p + "mlp_down", launch=True)
         def mlp_down():
             y = b.einsum(p + "down_proj", "ntf,fd->ntd", load(b, p + "load_act", act), load(b, p + "load_w_down", w_down))
-            y = biased("down_bias", y, None if s.gemma else b_down)
+            y = gated(2, biased("down_bias", y, None if s.gemma else b_down))
             return b.store_tile(p + "store_h", b.tensor_add(p + "residual_mlp", y, load(b, p + "load_res2", h_attn)), h_out)
 
         return mlp_down
