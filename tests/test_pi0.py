@@ -200,3 +200,15 @@ def test_pi05_in_the_catalog():
     assert doc["point"]["L"] == 200
     assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate"}
     assert not any("state token" in n for n in doc["notes"])  # π0.5 has none
+
+
+def test_the_memory_curve_the_docs_quote():
+    # models.md: the H200's memory efficiency is 15% of peak at 10 MB and 42% at 100 MB
+    import yaml
+    from pathlib import Path
+
+    import perfcast.hardware
+
+    spec = yaml.safe_load((Path(perfcast.hardware.__file__).parent / "devices" / "h200-sxm.yaml").read_text())
+    points = dict(map(tuple, spec["calibration"]["efficiency"]["memory"]["points"]))
+    assert round(points[1e7], 2) == 0.15 and round(points[1e8], 2) == 0.42
