@@ -177,14 +177,22 @@ def run(args) -> int:
             sweep_ov.append(overlapped(rr, pt))
     oev = overlapped(r, point) if transforms else None
     ov = overlaps.get(id(r))
-    notes = _notes(model, r, transforms)
+    notes = [*spec.notes, *_notes(model, r, transforms)]
     slow = slow_rollup(model, device, graph, point, ev.launch_time_s, args, spec.name)
+    times = [(oev.after_s if oev else ev.time_s, ev.point)] + [
+        (o.after_s if o else e.time_s, e.point) for e, o in zip(evals, sweep_ov or [None] * len(evals))]
     if args.json:
         doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
+        if spec.figures:  # figures derived from the time (e.g. a control rate)
+            doc["figures"] = spec.figures_at(*times[0])
+            for entry, t in zip(doc.get("sweep", []), times[1:]):
+                entry["figures"] = spec.figures_at(*t)
         if slow is not None:
             from perfcast.report.slow import comparison
 
             doc["slow"] = comparison(slow, ev.time_s)
+            if spec.figures:
+                doc["slow"]["figures"] = spec.figures_at(slow.time_s, ev.point)
             if args.rollup == "slow":
                 doc["rollup"] = "slow"
         json.dump(doc, sys.stdout, indent=2)
@@ -202,6 +210,10 @@ def run(args) -> int:
             console.print(f"[bold]{spec.name}[/] on [bold]{device.name}[/] at "
                           + ", ".join(f"{k}={v:g}" for k, v in point.items()))
         slow_report.render(console, slow, ev.time_s)
+    if spec.figures:
+        rows = ([("fast", *times[0])] if args.rollup != "slow" else []) + [
+            ("fast", *t) for t in times[1:]] + ([("slow", slow.time_s, ev.point)] if slow else [])
+        report.figures_table(console, spec, rows, [a for a, _ in axes])
     return 0
 
 
@@ -219,10 +231,14 @@ def _notes(model, r, transforms=()) -> list[str]:
     notes = [f"{u} efficiency: no calibration curve for {model.device.name}; priced at datasheet peak"
              for u in model.uncalibrated()
              if any(("flops." + u if u != "memory" else "bytes.hbm") in lt.leaf.cost for lt in r.leaves)]
+    on: dict[str, list[str]] = {}  # a note → the leaves it is on (a model repeats it per leaf)
     for lt in r.leaves:
         for n in lt.result.notes:
-            if f"{lt.name}: {n}" not in notes:
-                notes.append(f"{lt.name}: {n}")
+            if lt.name not in on.setdefault(n, []):
+                on[n].append(lt.name)
+    for n, names in on.items():
+        notes.append(f"{names[0]}: {n}" if len(names) == 1 else f"{n}: {len(names)} leaves "
+                     f"({', '.join(names[:3])}{', …' if len(names) > 3 else ''})")
     if not transforms:
         notes.append("fast roll-up: leaves are summed without overlap (no load/compute pipelining)")
         return notes

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import sympy
 
 from perfcast.dsl import sharding as sh
-from perfcast.ir import Graph, Leaf, Loop, Tensor, dims, make_leaf
+from perfcast.dsl.shapes import broadcast
+from perfcast.ir import Graph, Leaf, Loop, Tensor, dims, make_leaf, walk
 from perfcast.ir.errors import UserError
 from perfcast.ir.rules import einsum_sizes, einsum_specs
 from perfcast.ir.tensor import as_expr
@@ -29,21 +30,6 @@ from perfcast.ir.tensor import as_expr
 
 class TraceError(UserError):
     """A kernel or block was written inconsistently (shape mismatch, duplicate name…)."""
-
-
-def _broadcast(a: Sequence[sympy.Expr], b: Sequence[sympy.Expr], where: str) -> tuple:
-    """NumPy broadcasting over symbolic shapes: trailing dims equal, or one of them 1."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = a[-i] if i <= len(a) else sympy.Integer(1)
-        y = b[-i] if i <= len(b) else sympy.Integer(1)
-        if x == 1:
-            out.append(y)
-        elif y == 1 or sympy.expand(x - y) == 0:
-            out.append(x)
-        else:
-            raise TraceError(f"{where}: shapes {tuple(a)} and {tuple(b)} do not broadcast")
-    return tuple(reversed(out))
 
 
 class Builder:
@@ -237,7 +223,10 @@ class Builder:
 
     # Vector unit --------------------------------------------------------------------------
     def _binary(self, kind: str, name: str, a: Tensor, b: Tensor) -> Tensor:
-        shape = _broadcast(a.shape, b.shape, f"{kind} {name}")
+        try:
+            shape = broadcast(a.shape, b.shape)
+        except ValueError as e:
+            raise TraceError(f"{kind} {name}: {e}") from None
         spec = None
         if a.sharding is not None or b.sharding is not None:
             try:
@@ -275,6 +264,13 @@ class Builder:
     def silu(self, name: str, x: Tensor) -> Tensor:
         """``x·sigmoid(x)`` (SiLU / Swish), the activation of SwiGLU MLPs."""
         return self._emit("silu", name, (x,), x.shape, x.dtype, sharding=x.sharding)
+
+    def tanh(self, name: str, x: Tensor) -> Tensor:
+        return self._emit("tanh", name, (x,), x.shape, x.dtype, sharding=x.sharding)
+
+    def rsqrt(self, name: str, x: Tensor) -> Tensor:
+        """``1/sqrt(x)``, the normalisation of RMSNorm and LayerNorm."""
+        return self._emit("rsqrt", name, (x,), x.shape, x.dtype, sharding=x.sharding)
 
     def _reduce(self, kind: str, name: str, x: Tensor, axis: int) -> Tensor:
         axis = axis % x.rank
@@ -321,12 +317,13 @@ class Builder:
             ops = self._scopes.pop()
         return result, ops
 
-    def block(self, fn: Callable | None = None, *, name: str | None = None):
-        """Decorator: trace ``fn()`` as a named sub-graph; evaluates to ``fn``'s result."""
+    def block(self, fn: Callable | None = None, *, name: str | None = None, launch: bool = False):
+        """Decorator: trace ``fn()`` as a named sub-graph; evaluates to ``fn``'s result.
+        ``launch=True`` makes the block one kernel launch (see :meth:`build`)."""
 
         def deco(f):
             result, ops = self._scoped(f)
-            self._scopes[-1].append(Graph(self._claim(name or f.__name__), tuple(ops)))
+            self._scopes[-1].append(Graph(self._claim(name or f.__name__), tuple(ops), launch=launch))
             return result
 
         return deco(fn) if fn is not None else deco
@@ -386,14 +383,18 @@ class Builder:
         return self._mesh
 
     def build(self) -> Graph:
+        """The trace as one kernel launch — unless it declares its own kernels (``launch``
+        blocks): it is then a program of them, run one after another."""
         if len(self._scopes) != 1:
             raise TraceError(f"trace {self.name}: build() called inside an open scope")
-        return Graph(self.name, tuple(self._scopes[0]), launch=True)
+        ops = tuple(self._scopes[0])
+        program = any(isinstance(v.op, Graph) and v.op.launch for op in ops for v in walk(op))
+        return Graph(self.name, ops, launch=not program)
 
 
 def trace(fn: Callable[[Builder], object], name: str | None = None, *, dtype: str = "bf16",
           padded: bool = False) -> Graph:
-    """Trace ``fn(builder)`` into a kernel graph (one launch)."""
+    """Trace ``fn(builder)`` into a kernel graph: one launch, or a program of launch blocks."""
     b = Builder(name or fn.__name__, dtype=dtype, padded=padded)
     fn(b)
     return b.build()
