@@ -61,7 +61,29 @@ def build(config, torch_dtype) -> LanguageModel:
         head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=torch_dtype)
     if getattr(config, "tie_word_embeddings", False):
         head.weight = decoder.embed_tokens.weight
+    for layer in decoder.layers:
+        _keep_head_dim(layer.self_attn, config)
     return LanguageModel(decoder, head).eval()
+
+
+def _keep_head_dim(attn: torch.nn.Module, config) -> None:
+    """``Qwen2_5_VLAttention`` sizes its heads as hidden / heads, ignoring ``head_dim``: a
+    tensor-parallel rank's config (heads divided, ``head_dim`` kept: parallel.rank_config) needs
+    the projections rebuilt at the whole model's head size."""
+    d = getattr(config, "head_dim", None)
+    if not d or getattr(attn, "head_dim", d) == d:
+        return
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+
+    def linear(old, i, o):
+        with torch.device("meta"):
+            return torch.nn.Linear(i, o, bias=old.bias is not None, dtype=old.weight.dtype)
+
+    attn.head_dim, attn.scaling = d, d ** -0.5
+    attn.q_proj = linear(attn.q_proj, config.hidden_size, heads * d)
+    attn.k_proj = linear(attn.k_proj, config.hidden_size, kv * d)
+    attn.v_proj = linear(attn.v_proj, config.hidden_size, kv * d)
+    attn.o_proj = linear(attn.o_proj, heads * d, config.hidden_size)
 
 
 @dataclass(frozen=True)
