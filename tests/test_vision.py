@@ -242,6 +242,8 @@ def test_decode_of_a_vlm_is_its_language_model():
      "at least 1"),
     (["qwen2.5-vl-7b-instruct", "--image-batch-size", "1", "--image-height", "10", "--image-width", "3000"],
      "aspect"),
+    (["qwen2.5-vl-7b-instruct", "--image-batch-size", "1", "--image-height", "448", "--image-width", "448",
+      "--rollup", "slow"], "--rollup slow"),
 ])
 def test_flag_errors(cli, args, message):
     p = cli("text-generate", *args, "--device", "h200-sxm")

@@ -124,6 +124,10 @@ def _images(args):
     if missing:
         raise UserError(f"{', '.join(missing)}: needed with {', '.join(f for f in given if f not in missing)} "
                         f"(images are --image-batch-size N --image-height H --image-width W)")
+    for flag, used in (("--rollup " + args.rollup, args.rollup != "fast"), ("--chrome-trace", args.chrome_trace)):
+        if used:
+            raise UserError(f"{flag}: schedules and traces the language model's kernels only; with "
+                            f"--image-batch-size use the fast roll-up (the report's encoder section has its kernels)")
     return ImageRequest(*given.values())
 
 
