@@ -22,7 +22,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-from perfcast.capture import serving
+from perfcast.capture import serving, vision_lm
 from perfcast.capture.record import Recorder, dtype_name, size_expr
 from perfcast.capture.types import Capture, LayerGroup, TensorMeta
 from perfcast.ir import UserError, dim
@@ -71,6 +71,8 @@ def build_model(config, dtype: str):
     # Quantization is perfcast's own (--quantize); a checkpoint's quantizer is not run.
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
+    if config.model_type in vision_lm.TEXT_MODELS:  # a vision-language model's decoder
+        return vision_lm.build(config, TORCH_DTYPES[dtype])
     module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
     cls = getattr(module, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
     with torch.device("meta"):
@@ -124,10 +126,12 @@ def _module_tracker(model, recorder: Recorder):
 
 
 def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1, past: int = 0,
-            decode: bool = False, symbolic: bool = False, reroll: bool = True) -> Capture:
+            decode: bool = False, symbolic: bool = False, reroll: bool = True,
+            images: vision_lm.ImageTokens | None = None) -> Capture:
     """Capture one step. ``symbolic`` makes batch, new tokens (prefill) and context (when
     ``past`` > 0 or decoding) ShapeEnv symbols, reported as the dims ``B``, ``S``, ``C``; the given
-    sizes are then only hints."""
+    sizes are then only hints. ``images``: a vision-language prefill's image tokens (M-RoPE
+    positions, the image embeddings merged in, DeepStack; :mod:`perfcast.capture.vision_lm`)."""
     shape_env = ShapeEnv(duck_shape=False) if symbolic else None
     fake = FakeTensorMode(shape_env=shape_env)
     model = build_model(config, dtype)
@@ -156,6 +160,8 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     past_len = holder.shape[0] if holder is not None else 0
     with fake:
         positions = (torch.arange(ids.shape[1], device="meta") + past_len).unsqueeze(0)
+        if images is not None:
+            positions = images.positions(ids)
 
     params = {n: TensorMeta(tuple(size_expr(d) for d in p.shape), dtype_name(p.dtype), True, -1)
               for n, p in model.named_parameters()}
@@ -166,6 +172,10 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     try:
         with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
             h = inner.embed_tokens(ids)
+            if images is not None:
+                recorder.module = "model.image_embeds"
+                h = images.merge(h)
+                recorder.module = ""
             pe = inner.rotary_emb(h, positions)
             for g in groups:
                 recorder.layer = g.representative
@@ -173,6 +183,10 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
                                              position_ids=positions)
                 h = h[0] if isinstance(h, tuple) else h
             recorder.layer = None
+            if images is not None:
+                recorder.module = "model.deepstack"
+                h = images.after_layers(h)
+                recorder.module = ""
             h = inner.norm(h)
             if not decode:
                 h = h[:, -1:, :]  # logits for the last position of each sequence only

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from perfcast.models import catalog_names, load_model_config
+from perfcast.models import catalog_names, load_model_config, vision
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,7 @@ def run(args) -> int:
     rows = []
     for name in catalog_names():
         m = load_model_config(name)
-        d = m.data
+        d = vision.language_model(m).data if vision.is_vision_language(m) else m.data  # a VLM's decoder
         experts = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts")
         rows.append({"name": name, "model_type": m.model_type, "layers": d.get("num_hidden_layers"),
                      "hidden_size": d.get("hidden_size"), "heads": d.get("num_attention_heads"),

@@ -81,6 +81,12 @@ def add_parser(sub) -> None:
     g.add_argument("--micro-batches", type=int, help="pipeline micro-batches (default: --pp-size)")
     g.add_argument("--topology", metavar="NAME|FILE",
                    help="how the devices are wired (default: the device's shipped node, e.g. hgx-h200)")
+    v = p.add_argument_group("images (vision-language models: Qwen2.5-VL, Qwen3-VL)")
+    v.add_argument("--image-batch-size", type=int, metavar="N",
+                   help="images per sequence: the vision encoder runs on them and their tokens join the prefill "
+                        "(after the --query-length text tokens)")
+    v.add_argument("--image-height", type=int, metavar="PX", help="image height in pixels (with --image-batch-size)")
+    v.add_argument("--image-width", type=int, metavar="PX", help="image width in pixels (with --image-batch-size)")
     p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
     add_overlap_argument(p)
     p.set_defaults(run=run)
@@ -107,6 +113,24 @@ def _request(args, **extra):
                    cache=not args.no_cache, **extra)
 
 
+def _images(args):
+    from perfcast.inference.vision import ImageRequest
+
+    given = {f: getattr(args, f.removeprefix("--").replace("-", "_"))
+             for f in ("--image-batch-size", "--image-height", "--image-width")}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [f for f, v in given.items() if v is None]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: needed with {', '.join(f for f in given if f not in missing)} "
+                        f"(images are --image-batch-size N --image-height H --image-width W)")
+    for flag, used in (("--rollup " + args.rollup, args.rollup != "fast"), ("--chrome-trace", args.chrome_trace)):
+        if used:
+            raise UserError(f"{flag}: schedules and traces the language model's kernels only; with "
+                            f"--image-batch-size use the fast roll-up (the report's encoder section has its kernels)")
+    return ImageRequest(*given.values())
+
+
 def run(args) -> int:
     from perfcast.capture.parallel import Layout
     from perfcast.inference.textgen import simulate
@@ -121,7 +145,7 @@ def run(args) -> int:
                    reroll=not args.no_reroll, memory_utilization=args.memory_utilization,
                    layout=Layout(args.tp_size, args.ep_size, args.dp_size, args.pp_size, args.attention_dp,
                                  args.sequence_parallel, args.micro_batches),
-                   num_devices=args.num_devices, topology=args.topology)
+                   num_devices=args.num_devices, topology=args.topology, images=_images(args))
     result = simulate(req)
     ov = report.overlaps(result, transforms) if transforms else None
     if args.strict_memory and not result.memory.fits:
@@ -154,6 +178,10 @@ def run(args) -> int:
                             f"({e.strerror})") from None
     if args.json:
         doc = report.to_json(result, ov)
+        if result.vision is not None:
+            from perfcast.report.vision import to_json as vision_json
+
+            doc["vision"] = vision_json(result)
         if slow:
             from perfcast.report.slow import comparison
 
@@ -163,6 +191,10 @@ def run(args) -> int:
     else:
         console = Console(width=max(120, Console().width))
         report.render(console, result, top=args.top, ov=ov)
+        if result.vision is not None:
+            from perfcast.report.vision import render as render_vision
+
+            render_vision(console, result, top=args.top)
         if slow:
             from perfcast.report.slow import render as render_slow
 

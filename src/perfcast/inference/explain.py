@@ -14,6 +14,7 @@ def symbolic_step(req):
     """(capture, lowered graph, fast roll-up) of the step with symbolic sizes, as the request's
     engine runs it. The launch mode is the engine's for the request's own batch (a CUDA-graph
     decode holds for batches up to the engine's largest captured graph)."""
+    req = language_model(req)
     req.validate()
     cap, _ = cache.symbolic_capture(req.model, dtype=req.dtype, decode=req.decode,
                                     context=bool(req.decode or req.context_length),
@@ -30,6 +31,16 @@ def symbolic_step(req):
                             LaunchModel(launch.mode, launch.host_interval_s))
 
 
+def language_model(req):
+    """A vision-language model's closed forms are its language model's (a text prompt): the
+    encoder's cost depends on the image sizes through the processor's resize, not on B, S, C."""
+    from dataclasses import replace
+
+    from perfcast.models import vision
+
+    return replace(req, model=vision.language_model(req.model)) if vision.is_vision_language(req.model) else req
+
+
 def explain(req) -> dict:
     cap, low, r = symbolic_step(req)
     meaning = {"B": "sequences in the batch", "S": "new tokens per sequence",
@@ -41,6 +52,10 @@ def explain(req) -> dict:
              "(piecewise linear in the kernel's FLOPs/bytes)"]
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced")
+    if language_model(req) is not req:
+        notes.append(f"{req.model.name} is a vision-language model: these are its language model's closed forms "
+                     f"for a text prompt; `perfcast text-generate … --image-batch-size N --image-height H "
+                     f"--image-width W` prices the vision encoder and the image tokens")
     profile = req.profile()
     return {"model": req.model.name, "device": req.device.name,
             "engine": {"name": profile.name, "framework": profile.framework, "version": profile.version},

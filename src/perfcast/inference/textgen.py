@@ -18,7 +18,7 @@ from perfcast.engines.launch import Launch, launch_for
 from perfcast.hardware import Device
 from perfcast.hardware.spec import SpecError
 from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
-from perfcast.inference import memory
+from perfcast.inference import memory, vision
 from perfcast.ir import Graph, UserError, dim
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
@@ -47,6 +47,8 @@ class Request:
     layout: par.Layout = par.Layout()
     num_devices: int | None = None
     topology: str | None = None  # name, file or KIND:SHAPE; default: the device's shipped node
+    images: object = None  # perfcast.inference.vision.ImageRequest: each sequence's images
+    image_tokens: tuple | None = None  # (per sequence, width, DeepStack levels): a VLM's language model
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
@@ -66,6 +68,7 @@ class Request:
         for dt in filter(None, (self.kv_dtype,)):
             if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
+        vision.check(self)
         par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
         self.profile()
         compute = (QUANTIZATION[self.quantize][1] if self.quantize else None) or self.dtype
@@ -146,15 +149,17 @@ class Result:
     engine: engines.EngineProfile | None = None
     launch: Launch | None = None
     rules_applied: tuple[int, ...] = ()  # indices of the engine's rules that claimed captured ops
+    vision: object = None  # perfcast.inference.vision.VisionPart: a VLM's encoder, run before the prefill
 
     def step_time_s(self, name: str) -> float:
         """The step's time: one pass of the priced graph, or with pipeline micro-batches the
         fill and drain of the pipeline — all stages once, then the slowest once per further
         micro-batch (GPipe, Huang et al., NeurIPS 2019, §2.2)."""
         stages = self.stage_times_s.get(name)
+        encoder = self.vision.time_s(name) if self.vision is not None else 0.0
         if not stages:
-            return self.evaluations[name].time_s * self.request.micro_batches
-        return sum(stages) + (self.request.micro_batches - 1) * max(stages)
+            return self.evaluations[name].time_s * self.request.micro_batches + encoder
+        return sum(stages) + (self.request.micro_batches - 1) * max(stages) + encoder
 
     def tokens_per_s_per_device(self, name: str) -> float:
         t = self.step_time_s(name)
@@ -205,20 +210,23 @@ def step_capture(req: Request) -> tuple[Capture, dict | None, str]:
     pt = point(req)
     context = req.decode or req.context_length > 0
     symbolic_dims = [dim("B")] + ([] if req.decode else [dim("S")]) + ([dim("C")] if context else [])
-    if req.cache and all(pt[d] >= 2 for d in symbolic_dims):
+    if req.cache and req.image_tokens is None and all(pt[d] >= 2 for d in symbolic_dims):
         sym, hit = cache.symbolic_capture(req.model, dtype=req.dtype, decode=req.decode,
                                           context=context, reroll=req.reroll)
         if cache.valid_at(sym, pt):
             return sym, pt, "symbolic capture (cached)" if hit else "symbolic capture"
     from perfcast.capture import capture, hf_config
+    from perfcast.capture.vision_lm import ImageTokens
 
     cap = capture(hf_config(req.model), dtype=req.dtype, batch=req.num_queries,
                   new_tokens=req.new_tokens, past=req.context_length, decode=req.decode,
-                  reroll=req.reroll)
+                  reroll=req.reroll, images=ImageTokens(*req.image_tokens) if req.image_tokens else None)
     return cap, None, "concrete capture"
 
 
 def simulate(req: Request) -> Result:
+    if vision.is_vision_language(req.model):  # the encoder, then this function on its language model
+        return vision.simulate(req, simulate)
     req.validate()
     layout = req.layout
     mesh = req.mesh()

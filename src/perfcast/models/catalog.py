@@ -63,7 +63,9 @@ def load_model_config(name_or_path: str) -> ModelConfig:
         raise UserError(f"{path}: not valid JSON at line {e.lineno}: {e.msg}") from None
     if not isinstance(data, dict) or "model_type" not in data:
         raise UserError(f"{path}: key 'model_type': missing (expected a Hugging Face config.json)")
-    if data["model_type"] not in SUPPORTED:
+    from perfcast.models.vision import FAMILIES  # vision-language types: their own module
+
+    if data["model_type"] not in SUPPORTED and data["model_type"] not in FAMILIES:
         raise UserError(f"{path}: key 'model_type': {data['model_type']!r} is not supported; "
-                        f"supported: {', '.join(SUPPORTED)}")
+                        f"supported: {', '.join((*SUPPORTED, *FAMILIES))}")
     return ModelConfig(name, data, path, source)

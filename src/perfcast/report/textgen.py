@@ -39,9 +39,10 @@ def step_time_s(result, name: str, ov: dict | None = None) -> float:
     if not ov:
         return result.step_time_s(name)
     _, oev, stages = ov[name]
+    encoder = result.vision.time_s(name) if getattr(result, "vision", None) is not None else 0.0  # a VLM's, before
     if not stages:
-        return oev.after_s * result.request.micro_batches
-    return sum(stages) + (result.request.micro_batches - 1) * max(stages)
+        return oev.after_s * result.request.micro_batches + encoder
+    return sum(stages) + (result.request.micro_batches - 1) * max(stages) + encoder
 
 
 def _tokens_per_s(result, name: str, ov: dict | None) -> float:
