@@ -9,7 +9,8 @@ from perfcast.inference.textgen import Request, simulate
 from perfcast.models import catalog_names, load_model_config
 
 CATALOG = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-32b",
-           "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b"]
+           "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8", "deepseek-v3", "deepseek-v3.1-nvfp4",
+           "mixtral-8x7b", "gpt-oss-120b"]
 
 
 @pytest.fixture(scope="module")

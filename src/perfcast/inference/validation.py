@@ -36,9 +36,11 @@ MAPPING_TEXT = {
     "steady-state": "aggregated: the decode step + (batch per rank / osl) × one prefill of isl tokens per rank "
                     "(continuous batching in steady state); disaggregated: the decode step",
     "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing)",
-    "assumptions": "KV cache in the model dtype (the data do not state it); fp8_block, nvfp4 and int4_wo priced "
-                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; each row is priced as its backend "
-                   "runs it (--engine trtllm, vllm or sglang: that engine's kernels, launches and kernel fits)",
+    "assumptions": "a row whose model path names a shipped quantized checkpoint is priced as that checkpoint's "
+                   "quantization_config says (its KV-cache dtype included), any other in the formats its "
+                   "gemm_quant_mode / moe_quant_mode name, its KV cache in the model dtype (the data do not state "
+                   "it); int4_wo's group size is assumed (128) and labelled approximate; each row is priced as its "
+                   "backend runs it (--engine trtllm, vllm or sglang: that engine's kernels, launches and kernel fits)",
 }
 
 #: The split the issue's targets use: at low concurrency a decode step is latency-bound.
