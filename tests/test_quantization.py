@@ -100,6 +100,9 @@ def test_nvfp4_weight_only_on_hopper_native_on_blackwell(tmp_path):
     # Blackwell: FP4 × FP4 tensor cores, activations quantized to NVFP4 too
     assert (bq.attr("quant_format"), bq.dtype, bq.inputs[0].dtype) == ("fp4", "fp4", "fp4+fp8/16")
     assert any("gemm/w4a16_nvfp4 derived from gemm/bf16" in n for n in h100.notes)
+    # no w4a16_nvfp4 fit on H100: the bf16 GEMM's fit prices it, and the time says derived
+    assert "derived" in h100.evaluations["analytic"].provenance_shares()
+    assert "derived" not in b200.evaluations["analytic"].provenance_shares()
     assert any("weight-only" in n and n.startswith("mlp:") for n in h100.notes)
     assert any("fp4 × fp4" in n and n.startswith("mlp:") for n in b200.notes)
     # weights alike on both: 64 layers × 487,587,840 linear elements at 9/16 byte instead of 2

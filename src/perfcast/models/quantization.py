@@ -171,6 +171,7 @@ class Quantization:
 
     def with_groups(self, groups: dict[str, Scheme | None], source: str) -> "Quantization":
         return replace(self, groups=tuple({**dict(self.groups), **groups}.items()),
+                       method=f"{self.method} with {source}" if self.quantized else source,
                        source=f"{self.source}; {source}" if self.quantized else source)
 
 

@@ -85,7 +85,8 @@ class AnalyticPerformanceModel(PerformanceModel):
             else exact(cls.bandwidth_of(d))
         time, breakdown = self.calibration.price(fit_key, cls, shape, fit, rate, bw)
         label = key if fit_key == key else f"{key} derived from {fit_key}"
-        return Result(time, Provenance.ANALYTIC, breakdown, (f"calibrated {label} ({self.calibration.source_of(fit_key)})",),
+        source = Provenance.ANALYTIC if fit_key == key else Provenance.DERIVED
+        return Result(time, source, breakdown, (f"calibrated {label} ({self.calibration.source_of(fit_key)})",),
                       includes_launch=True)
 
     def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:

@@ -179,7 +179,8 @@ def _label(result, name: str, shares: dict[str, float]) -> dict[str, float]:
     """In an empirical model, an analytic price is the fallback for a miss: say so."""
     if not hasattr(result.rollups[name].model, "misses"):
         return shares
-    return {("fallback" if k == "analytic" else k): v for k, v in shares.items()}
+    fallback = {"analytic": "fallback", "derived": "fallback (derived)"}
+    return {fallback.get(k, k): v for k, v in shares.items()}
 
 
 def provenance_by_time(result, name: str) -> dict[str, float]:
