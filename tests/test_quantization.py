@@ -183,3 +183,75 @@ def test_bad_quantize_flag_is_one_line(cli, flag, message):
     proc = cli("text-generate", "llama-3.1-8b", "--quantize", flag)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _read(tmp_path, qc=None, hf=None, base="qwen3-30b-a3b"):
+    from perfcast.models.quant_configs import read
+    return read(load_model_config(_write(tmp_path, base, quantization_config=qc, hf_quant_config=hf)))
+
+
+QKV, DOWN, EXPERTS, LM = (("model.layers.0.self_attn.q_proj", "attention"), ("model.layers.0.mlp.down_proj", "mlp"),
+                          ("model.layers.0.mlp.experts", "experts"), ("lm_head", "lm_head"))
+
+
+def _weights(q, *modules):
+    return [s.weight if (s := q.scheme(m, g)) is not None else None for m, g in modules]
+
+
+def test_gptq_groups_zero_points_and_listed_layers(tmp_path):
+    q = _read(tmp_path, {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True})
+    # int4 with an fp16 scale and a packed 4-bit zero per 128 (qzeros is stored even when sym)
+    assert _weights(q, QKV, DOWN, LM) == ["int4+fp16/128+int4/128", "int4+fp16/128+int4/128", None]
+    q = _read(tmp_path, {"quant_method": "gptq", "bits": 8, "group_size": -1, "lm_head": True,
+                         "modules_in_block_to_quantize": [["self_attn.q_proj"], ["mlp.down_proj"]]})
+    # 8-bit per channel; only the listed layers and lm_head
+    assert _weights(q, QKV, DOWN, ("model.layers.0.self_attn.o_proj", "attention"), LM) == ["int8", "int8", None, "int8"]
+
+
+def test_compressed_tensors_groups_ignore_and_kv_scheme(tmp_path):
+    w4a16 = {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head", "re:.*self_attn.*"],
+             "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                           "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                       "strategy": "group", "group_size": 128}}}}
+    q = _read(tmp_path, w4a16)
+    assert _weights(q, QKV, DOWN, EXPERTS, LM) == [None, "int4+fp16/128", "int4+fp16/128", None]
+    assert q.scheme(*EXPERTS).weight_only == "w4a16"
+    fp8 = {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+           "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+           "config_groups": {"group_0": {"targets": ["Linear"],
+                                         "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                                         "input_activations": {"num_bits": 8, "type": "float", "dynamic": True,
+                                                               "strategy": "token"}}}}
+    q = _read(tmp_path, fp8)
+    s = q.scheme(*DOWN)
+    assert (s.name, s.weight, s.activation, s.kernel, q.kv_cache) == ("fp8", "fp8", "fp8", "fp8", "fp8")
+    nvfp4 = {**fp8, "config_groups": {"g": {"targets": ["Linear"],
+                                            "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                                        "group_size": 16},
+                                            "input_activations": {"num_bits": 4, "type": "float",
+                                                                  "strategy": "tensor_group", "group_size": 16}}}}
+    s = _read(tmp_path, nvfp4).scheme(*DOWN)  # llm-compressor's NVFP4 preset
+    assert (s.name, s.weight, s.activation, s.kernel, s.weight_only) == \
+        ("nvfp4", "fp4+fp8/16", "fp4+fp8/16", "fp4", "w4a16_nvfp4")
+
+
+def test_modelopt_mixed_precision_per_layer(tmp_path):
+    hf = {"quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": None,
+                           "quantized_layers": {"model.layers.0.self_attn.q_proj": {"quant_algo": "FP8"},
+                                                "model.layers.0.mlp.experts*": {"quant_algo": "NVFP4", "group_size": 16}}}}
+    q = _read(tmp_path, hf=hf)
+    assert _weights(q, QKV, DOWN, EXPERTS, LM) == ["fp8", None, "fp4+fp8/16", None]
+    assert q.kv_cache is None
+
+
+@pytest.mark.parametrize("qc, hf, message", [
+    (None, {"quantization": {"quant_algo": "NVFP4", "group_size": 32}}, "key 'group_size': expected 16"),
+    (None, {"quantization": {"quant_algo": "FP6"}}, "key 'quant_algo': expected one of FP8,"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, None, "key 'config_groups': expected a mapping"),
+    ({"quant_method": "bitsandbytes"}, None, "neither load_in_4bit nor load_in_8bit is true"),
+])
+def test_bad_statements_name_file_and_key(tmp_path, qc, hf, message):
+    from perfcast.ir import UserError
+    with pytest.raises(UserError, match=None) as e:
+        _read(tmp_path, qc, hf)
+    assert message in str(e.value) and str(tmp_path) in str(e.value)

@@ -210,7 +210,8 @@ def _ct_scheme(w, a, where: str, key: str) -> Scheme:
     if not isinstance(w, dict):
         raise _bad(where, f"{key}.weights", "the weights' quantization arguments", w)
     bits, kind, strategy = w.get("num_bits"), w.get("type", "int"), w.get("strategy", "tensor")
-    group = w.get("group_size") if strategy == "group" else None
+    # NVFP4 presets (llm-compressor) say tensor_group: groups of 16 under one global scale
+    group = w.get("group_size") if strategy in ("group", "tensor_group") else None
     act = a if isinstance(a, dict) else None
     a_bits, a_kind = (act.get("num_bits"), act.get("type", "int")) if act else (None, None)
     if kind == "int" and bits == 4 and act is None:
