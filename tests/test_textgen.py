@@ -9,7 +9,8 @@ from perfcast.inference.textgen import Request, simulate
 from perfcast.models import catalog_names, load_model_config
 
 CATALOG = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-32b",
-           "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b"]
+           "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8", "deepseek-v3", "deepseek-v3.1-nvfp4",
+           "mixtral-8x7b", "gpt-oss-120b"]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,8 @@ def test_quantization_changes_weight_bytes_and_rates():
     linear = 32 * 218_103_808  # q, k, v, o, gate, up, down weights; embeddings and lm_head stay bf16
     assert base.memory.weights_bytes == 16_060_522_496
     assert fp8.memory.weights_bytes == 16_060_522_496 - linear * 1  # 2 → 1 byte
-    assert w4.memory.weights_bytes == 16_060_522_496 - linear * 3 // 2  # 2 → 0.5 byte
+    # 2 → 0.5 byte plus one fp16 scale per 128 weights: 1/2 + 2/128 = 33/64 byte, 95/64 less
+    assert w4.memory.weights_bytes == 16_060_522_496 - linear * 95 // 64
     assert fp8.evaluations["analytic"].time_s < base.evaluations["analytic"].time_s
 
 
@@ -138,7 +140,7 @@ def test_explain_prints_closed_forms(cli):
     (["text-generate", "llama-3.1-9b"], "unknown model 'llama-3.1-9b'; did you mean llama-3.1-8b"),
     (["text-generate", "llama-3.1-8b", "--decode"], "--decode needs --context-length"),
     (["text-generate", "llama-3.1-8b", "--num-queries", "0"], "--num-queries must be at least 1"),
-    (["text-generate", "llama-3.1-8b", "--quantize", "fp4", "--device", "h100-sxm"], "no fp4 matrix rate"),
+    (["text-generate", "llama-3.1-8b", "--quantize", "fp5"], "--quantize 'fp5': expected one of"),
     (["text-generate", "llama-3.1-8b", "--device", "h999"], "unknown device"),
     (["text-generate", "llama-3.1-8b", "--performance-model", "magic"], "--performance-model 'magic'"),
     (["text-generate", "/nonexistent/config.json"], "cannot read"),

@@ -87,7 +87,8 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
 
 @pytest.mark.parametrize("changes, quantize, approx", [
     ({"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}, "fp8", None),
-    ({"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}, "fp8", "fp8_block: block-scaled FP8"),
+    ({"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}, "fp8_block", None),
+    ({"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}, "fp4", None),  # H100: weight-only NVFP4
     ({"gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"}, "w4a16", "int4_wo: int4 weight-only"),
 ])
 def test_quantization_modes(llama, changes, quantize, approx):
@@ -96,9 +97,34 @@ def test_quantization_modes(llama, changes, quantize, approx):
     assert (c.approximate[0].startswith(approx) if approx else c.approximate == ())
 
 
-def test_nvfp4_is_approximate_where_fp4_exists(llama):
-    c = silicon.map_row({**llama, "system": "b200_sxm", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"})
-    assert c.predictable and c.quantize == "fp4" and c.approximate[0].startswith("nvfp4: NVFP4")
+def test_nvfp4_is_exact_on_both_architectures(llama):
+    for system in ("b200_sxm", "h100_sxm"):
+        c = silicon.map_row({**llama, "system": system, "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"})
+        assert c.predictable and c.quantize == "fp4" and c.approximate == ()
+        assert c.notes[-1] == "quantization: the row's nvfp4 (--quantize fp4)"
+
+
+def test_quantized_checkpoints_are_priced_as_they_say(llama):
+    # Qwen3-235B-A22B-FP8's weights are block-scaled whichever FP8 label the row carries
+    for mode in ("fp8", "fp8_block"):
+        c = silicon.map_row(_moe_row(llama, gemm_quant_mode=mode, moe_quant_mode=mode))
+        assert (c.model, c.family, c.quantize) == ("qwen3-235b-a22b-fp8", "qwen3-235b-a22b", None), c.reason
+        assert c.notes[-1] == f"quantization: qwen3-235b-a22b-fp8's own (the row says {mode} / {mode})"
+    # gpt-oss's 4-bit rows: its MXFP4 checkpoint, on Hopper too (weight-only)
+    c = silicon.map_row(_moe_row(llama, model_path="openai/gpt-oss-120b", system="h200_sxm",
+                                 gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
+    assert c.predictable and (c.model, c.quantize, c.approximate) == ("gpt-oss-120b", None, ())
+    # DeepSeek-R1 on NVFP4: no shipped config of that checkpoint, so the row's modes
+    c = silicon.map_row(_moe_row(llama, model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", tp_size="8",
+                                 moe_ep_size="8", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
+    assert (c.model, c.quantize) == ("deepseek-v3", "fp4")
+    # GEMM and MoE modes that differ: one --quantize per module group; bf16 on an FP8 checkpoint is "none"
+    c = silicon.map_row(_moe_row(llama, model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8",
+                                 gemm_quant_mode="fp8", moe_quant_mode="nvfp4"))
+    assert c.predictable and c.quantize == "attention=fp8,mlp=fp8,experts=fp4"
+    c = silicon.map_row(_moe_row(llama, model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8",
+                                 gemm_quant_mode="", moe_quant_mode=""))
+    assert c.quantize == "none"
 
 
 @pytest.mark.parametrize("changes, reason", [
@@ -115,11 +141,6 @@ def test_nvfp4_is_approximate_where_fp4_exists(llama):
     ({"osl": "1"}, "no isl, osl ≥ 2 and measured TPOT in the row"),
     ({"silicon_tpot_ms": ""}, "no isl, osl ≥ 2 and measured TPOT in the row"),
     ({"gemm_quant_mode": "fp6"}, "unknown quantization mode 'fp6' (known: none, fp8, fp8_block, nvfp4, int4_wo)"),
-    ({"gemm_quant_mode": "fp8", "moe_quant_mode": "nvfp4"},
-     "mixed quantization gemm fp8 / moe nvfp4: perfcast applies one --quantize to every matmul"),
-    ({"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
-     "refused by perfcast: device h100-sxm has no fp4 matrix rate (has fp64, tf32, bf16, fp16, fp8, int8); "
-     "choose another --dtype/--quantize"),
     ({"tp_size": "3"}, "refused by perfcast: --tp-size 3 does not divide the 32 attention heads of llama-3.1-8b"),
     ({"moe_ep_size": "2"}, "layout: moe_ep_size 2 for a model without routed experts"),
     ({"batch_size": ""}, "agg: no batch_size (the batch of the step is not stated)"),
@@ -154,8 +175,8 @@ def test_moe_layouts(llama):
 def test_strict_refuses_approximate_rows(llama):
     from perfcast.inference.validation import _strictly
 
-    c = _strictly(silicon.map_row({**llama, "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}))
-    assert c.reason == "approximate mapping refused (--strict): fp8_block"
+    c = _strictly(silicon.map_row({**llama, "gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"}))
+    assert c.reason == "approximate mapping refused (--strict): int4_wo"
     exact = silicon.map_row(llama)
     assert _strictly(exact) == exact
 

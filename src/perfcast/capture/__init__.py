@@ -5,11 +5,12 @@ imported on first use; the capture data, the lowering and the capture cache do n
 capture is lowered and priced by a process that never imports torch.
 """
 
-from perfcast.capture.lower import FREE, QUANTIZATION, Lowered, lower, op_packet
+from perfcast.capture.lower import FREE, Lowered, lower, op_packet
+from perfcast.capture.quant import QuantPlan
 from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 
 __all__ = ["Capture", "LayerGroup", "OpRecord", "TensorMeta", "capture", "hf_config", "FREE",
-           "QUANTIZATION", "Lowered", "lower", "op_packet"]
+           "QuantPlan", "Lowered", "lower", "op_packet"]
 
 
 def __getattr__(name):

@@ -117,7 +117,7 @@ def _merge(lw, g: KernelGroup, index: int, attrs: dict) -> Leaf:
     outputs = [Tensor(f"{name}:out0", (*(lw.expr(d) for d in out.shape[:-1]), lw.expr(n)), out.dtype)]
     attrs = {**attrs, "op": first.op, "module": first.module.rsplit(".", 1)[0],
              "members": tuple(lw.leaf(r, index + i, count=False) for i, r in enumerate(g.records))}
-    lw.quantize_inputs(metas, inputs, attrs, first.module)
+    lw.quantize_inputs(first, "matmul", metas, inputs, attrs)
     return make_leaf("matmul", name, inputs, outputs, **attrs)
 
 

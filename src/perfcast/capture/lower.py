@@ -14,16 +14,9 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from perfcast.capture.quant import QuantPlan, as_plan, record_group
 from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
-
-# Quantization schemes: (weight dtype, activation/compute dtype or None = the model's dtype).
-QUANTIZATION: dict[str, tuple[str, str | None]] = {
-    "w8a8": ("int8", "int8"),
-    "w4a16": ("int4", None),
-    "fp8": ("fp8", "fp8"),
-    "fp4": ("fp4", "fp4"),
-}
 
 FREE = frozenset({
     "view", "_unsafe_view", "reshape", "_reshape_alias", "t", "transpose", "permute", "expand",
@@ -86,7 +79,7 @@ class Lowered:
     graph: Graph
     unknown: Counter = field(default_factory=Counter)  # (op, shapes) → count
     free: Counter = field(default_factory=Counter)  # op → count
-    quantize: str | None = None
+    quantize: QuantPlan | None = None
     dropped: Counter = field(default_factory=Counter)  # reason → ops an engine does not run per step
 
 
@@ -104,7 +97,7 @@ Plan = Callable[[list, str, "_Lowerer"], list]
 @dataclass
 class _Lowerer:
     capture: Capture
-    quantize: str | None
+    quantize: QuantPlan | None
     model_dtype: str
     kv_dtype: str | None = None
     fusion: bool = True
@@ -179,7 +172,7 @@ class _Lowerer:
         inputs = [self.tensor(f"{name}:in{i}", t, stored=True) for i, t in enumerate(metas)]
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
-            self.quantize_inputs(metas, inputs, attrs, rec.module)
+            self.quantize_inputs(rec, kind, metas, inputs, attrs)
         if kind == "attention" and self.kv_dtype:
             for i in (1, 2):  # the KV cache is stored (and read) in its own dtype
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, self.kv_dtype)
@@ -187,18 +180,23 @@ class _Lowerer:
         attrs.update(extra or {})
         return make_leaf(kind, name, inputs, outputs, **attrs)
 
-    def quantize_inputs(self, metas: list[TensorMeta], inputs: list[Tensor], attrs: dict, module: str) -> None:
-        """Quantized linears: weights (parameters of rank ≥ 2; biases stay) in the weight dtype,
-        the activation (the first operand) in the activation dtype when the scheme has one."""
-        if self.quantize is None or module == "lm_head":
+    def quantize_inputs(self, rec: OpRecord, kind: str, metas: list[TensorMeta], inputs: list[Tensor],
+                        attrs: dict) -> None:
+        """A quantized linear as its plan says (:mod:`perfcast.capture.quant`): weights
+        (parameters of rank ≥ 2; biases stay) in their storage dtype, scales included, the
+        activation (the first operand) in the dtype the kernel reads, the rate of its
+        ``compute_dtype`` and its kernel format as ``quant_format``."""
+        if self.quantize is None or not any(t.is_param and len(t.shape) >= 2 for t in metas):
             return
-        weight, act = QUANTIZATION[self.quantize]
+        fmt = self.quantize.format(rec.module or "", record_group(rec, kind))
+        if fmt is None:
+            return
         for i, t in enumerate(metas):
             if t.is_param and len(t.shape) >= 2:
-                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, weight)
-            elif act is not None and i == 0:
-                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, act)
-        attrs["compute_dtype"] = act or self.model_dtype
+                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, fmt.weight)
+            elif i == 0:
+                inputs[i] = Tensor(inputs[i].name, inputs[i].shape, fmt.activation)
+        attrs.update(compute_dtype=fmt.compute, quant_format=fmt.kernel)
 
     def graph(self, records: list[OpRecord], name: str) -> Graph:
         if self.plan is not None:
@@ -313,7 +311,7 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
                                                                  "all_to_all", "send_recv")}}
 
 
-def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "bf16",
+def lower(capture: Capture, *, quantize: QuantPlan | str | None = None, model_dtype: str = "bf16",
           kv_dtype: str | None = None, fusion: bool = True, point: dict | None = None,
           name: str = "model", plan: Plan | None = None, engine: str | None = None,
           decide_at: dict | None = None) -> Lowered:
@@ -321,9 +319,10 @@ def lower(capture: Capture, *, quantize: str | None = None, model_dtype: str = "
     (dim → value) evaluates a symbolic capture's sizes while lowering. ``plan`` (an engine
     profile's, :func:`perfcast.engines.apply`) groups each segment's records into the
     engine's kernels instead of ``fusion``'s one rule; its size-dependent choices (all-reduce
-    algorithm, token conditions) are taken at ``decide_at`` when the sizes stay symbolic."""
-    if quantize is not None and quantize not in QUANTIZATION:
-        raise ValueError(f"unknown quantization {quantize!r}; known: {', '.join(QUANTIZATION)}")
+    algorithm, token conditions) are taken at ``decide_at`` when the sizes stay symbolic.
+    ``quantize``: the step's :class:`~perfcast.capture.quant.QuantPlan`, or a ``--quantize``
+    text (:func:`perfcast.models.quantization.from_flag`)."""
+    quantize = as_plan(quantize, model_dtype)
     lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}), plan, engine,
                   decide_at=dict(decide_at or {}))
     by_layer: dict[int, list[OpRecord]] = {}

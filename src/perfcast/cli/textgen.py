@@ -20,10 +20,13 @@ def _common(p) -> None:
     p.add_argument("--device-file", metavar="PATH", help="a device YAML file (overrides --device)")
     p.add_argument("--decode", action="store_true", help="price one decode step (default: prefill)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype")
-    p.add_argument("--quantize", choices=("w8a8", "w4a16", "fp8", "fp4"),
-                   help="weight (and activation) quantization of the matmuls")
+    p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…",
+                   help="override the checkpoint's quantization_config: one scheme for every linear but "
+                        "routers and lm_head (fp8, fp8_block, w8a8, w8a16, w4a16, fp4 (NVFP4), mxfp4), none "
+                        "(the model dtype throughout), or per module group (attention, mlp, experts, lm_head), "
+                        "e.g. experts=mxfp4,attention=none (default: as the checkpoint says)")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp32", "fp8", "int8"),
-                   help="KV cache dtype (default: the model dtype)")
+                   help="KV cache dtype (default: the checkpoint's stated KV-cache quantization, else the model dtype)")
     p.add_argument("--no-cache", action="store_true",
                    help="capture afresh instead of reusing the cached symbolic capture")
     p.add_argument("--engine", metavar="NAME",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from perfcast import engines
 from perfcast.capture import cache, lower
 from perfcast.engines.launch import launch_for
+from perfcast.inference.quantization import resolve
 from perfcast.rollup import LaunchModel, rollup
 
 
@@ -22,7 +23,9 @@ def symbolic_step(req):
     profile = req.profile()
     applied = engines.apply(profile, cap, decode=req.decode, device=req.device.name,
                             hidden_size=int(req.model.data["hidden_size"]))
-    low = lower(applied.capture, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype,
+    quant = resolve(req)
+    low = lower(applied.capture, quantize=quant.plan, model_dtype=req.dtype,
+                kv_dtype=quant.kv_override,
                 name=req.model.name, plan=applied.plan, engine=profile.name)
     launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
     from perfcast.inference.textgen import make_model

@@ -1,7 +1,8 @@
 """Memory per device for one serving step: weights, KV cache, peak activations, reserved.
 
-- Weights: every parameter once (tied embeddings once), matmul weights in the quantized dtype
-  (``lm_head`` and embeddings stay in the model dtype, as serving engines keep them).
+- Weights: every parameter once (tied embeddings once), each matmul weight in the format its
+  quantization stores it in, scales and zero points included (:mod:`perfcast.capture.quant`:
+  the checkpoint's or ``--quantize``'s; embeddings, norms, biases and routers in the model dtype).
 - KV cache: what the step's attention reads after writing the new tokens — per layer, sequences
   × KV heads × cached tokens (capped by a sliding window) × bytes per entry.
 - Activations: live ranges over the captured op sequence (a tensor lives from the op that
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from perfcast.capture.lower import FREE, QUANTIZATION, Lowered
+from perfcast.capture.lower import FREE, Lowered
+from perfcast.capture.quant import QuantPlan, param_format
 from perfcast.capture.types import Capture, storage_roots
 from perfcast.ir import Leaf, itemsize, walk
 from perfcast.ir.rules import attended_keys, cache_entry_bytes
@@ -55,17 +57,17 @@ class MemoryReport:
                 "parameters": self.parameters}
 
 
-def weights(capture: Capture, quantize: str | None, share=None) -> tuple[int, int]:
+def weights(capture: Capture, plan: QuantPlan | None, share=None) -> tuple[int, int]:
     """(parameter count, weight bytes) on one device; ``share(name)`` is the fraction of each
     parameter the device holds (a parallel plan's: 0 for another pipeline stage's layers, 1/ep
-    for stacked experts), all of it by default."""
+    for stacked experts), all of it by default. Every layer's parameters are resolved by their
+    own names, so a checkpoint that quantizes layers differently is counted exactly."""
     count, total = 0, sympy.Integer(0)
-    wdtype = QUANTIZATION[quantize][0] if quantize else None
     for name, meta in capture.params.items():
         n = meta.numel * (share(name) if share else 1)
         count += int(sympy.ceiling(n))
-        quantized = wdtype and name in capture.linear_params and not name.startswith("lm_head")
-        total += n * itemsize(wdtype if quantized else meta.dtype)
+        fmt = param_format(plan, capture, name)
+        total += n * itemsize(fmt.weight if fmt is not None else meta.dtype)
     return count, int(sympy.ceiling(total))
 
 

@@ -36,6 +36,7 @@ from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
+from perfcast.models.quant_configs import read as read_quantization
 
 #: Columns the mapping reads (the shipped copy keeps exactly these, plus ``concurrency``).
 COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
@@ -178,19 +179,40 @@ def catalog_model(name: str):
     return load_model_config(name)
 
 
-def _quantization(row: dict) -> tuple[str | None, tuple[str, ...], str | None]:
-    """(perfcast --quantize, what is approximate, refusal reason)."""
+def _quantization(row: dict, entry: dict, cfg: dict) -> tuple[str | None, str | None, tuple, tuple, str | None]:
+    """(the catalog config priced, perfcast --quantize, notes, what is approximate, refusal reason).
+
+    The model path names a checkpoint; the row's ``gemm_quant_mode`` / ``moe_quant_mode`` say
+    which of its family's checkpoints the engine served. Where the model's ``checkpoints`` table
+    names a shipped config for both modes, that config is priced as its quantization_config
+    says (no --quantize); otherwise the row's modes are the quantization (--quantize, per module
+    group where the two modes differ: the GEMM mode for attention and dense MLPs, the MoE mode
+    for the routed experts)."""
     table = tables()["quantization"]
     modes = [str(row.get(c, "")).strip() or "none" for c in ("gemm_quant_mode", "moe_quant_mode")]
     for m in modes:
         if m not in table:
-            return None, (), f"unknown quantization mode {m!r} (known: {', '.join(table)})"
-    chosen = {table[m]["quantize"] for m in modes}
-    if len(chosen) > 1:
-        return None, (), (f"mixed quantization gemm {modes[0]} / moe {modes[1]}: perfcast applies one "
-                          f"--quantize to every matmul")
+            return None, None, (), (), f"unknown quantization mode {m!r} (known: {', '.join(table)})"
+    if not experts_of(cfg):
+        modes = modes[:1]  # a dense model has no MoE layer for moe_quant_mode to describe
+    served = {(entry.get("checkpoints") or {}).get(m) for m in modes}
+    if len(served) == 1 and None not in served:
+        config = served.pop()
+        return config, None, (f"quantization: {config}'s own (the row says {' / '.join(modes)})",), (), None
+    schemes = [table[m]["quantize"] or "none" for m in modes]
+    if len(set(schemes)) == 1:
+        flag = None if schemes[0] == "none" and not _quantized(entry["catalog"]) else schemes[0]
+    else:
+        flag = f"attention={schemes[0]},mlp={schemes[0]},experts={schemes[1]}"
     approx = tuple(dict.fromkeys(f"{m}: {table[m]['approximate']}" for m in modes if table[m].get("approximate")))
-    return chosen.pop(), approx, None
+    note = (f"quantization: the row's {' / '.join(modes)} (--quantize {flag})",) if flag else ()
+    return entry["catalog"], flag, note, approx, None
+
+
+@lru_cache(maxsize=None)
+def _quantized(name: str) -> bool:
+    """Whether a catalog config states a quantization of its own (then bf16 is --quantize none)."""
+    return read_quantization(catalog_model(name)).quantized
 
 
 #: A disaggregated row that states neither the decode batch nor the decode workers: the decode
@@ -266,10 +288,10 @@ def map_row(row: dict) -> Case:
         if row.get(col) and row[col] not in ("bf16", "fp16", "fp8"):
             return replace(base, reason=f"column {col}: {row[col]!r} (expected bf16, fp16 or fp8)")
     base = replace(base, dtype=row.get("dtype") or "bf16", kv_dtype=row.get("kv_cache_dtype") or None)
-    quantize, approx, why = _quantization(row)
+    config, quantize, qnotes, approx, why = _quantization(row, entry, catalog_model(base.model).data)
     if why:
         return replace(base, reason=why)
-    base = replace(base, quantize=quantize, approximate=approx)
+    base = replace(base, model=config, quantize=quantize, approximate=approx, notes=base.notes + qnotes)
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
     if why:

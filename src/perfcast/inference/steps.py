@@ -25,6 +25,7 @@ from perfcast.capture import cache, lower
 from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
 from perfcast.hardware.spec import SpecError
+from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.silicon import Case, catalog_model, phases
 from perfcast.inference.textgen import Request, make_model, simulate
@@ -170,6 +171,7 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     applied = engines.apply(profile, cap, decode=True, device=proto.device.name,
                             hidden_size=int(model.data["hidden_size"]))
     mesh = proto.mesh()
+    quant = quantization.resolve(proto)
     # the engine decides some things by size (the all-reduce algorithm, CUDA graph or eager
     # launches): points that decide alike share one lowering, its sizes symbolic
     parts: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
@@ -177,7 +179,8 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
         parts[_decisions(profile, proto, p)].append(p)
     for part in parts.values():
         rep = part[0]
-        low = lower(applied.capture, quantize=proto.quantize, model_dtype=proto.dtype, kv_dtype=proto.kv_dtype,
+        low = lower(applied.capture, quantize=quant.plan, model_dtype=proto.dtype,
+                    kv_dtype=quant.kv_override,
                     name=model.name, plan=applied.plan, engine=profile.name,
                     decide_at={dim("B"): rep[0], dim("C"): rep[1]})
         launch = engines.launch_for(profile, decode=True, tokens=rep[0], device=proto.device)

@@ -12,13 +12,14 @@ import time
 from dataclasses import dataclass, field, replace
 
 from perfcast import engines
-from perfcast.capture import QUANTIZATION, Capture, Lowered, cache, lower
+from perfcast.capture import Capture, Lowered, cache, lower
+from perfcast.capture.quant import summary as quant_summary
 from perfcast.capture import parallel as par
 from perfcast.engines.launch import Launch, launch_for
 from perfcast.hardware import Device
 from perfcast.hardware.spec import SpecError
 from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
-from perfcast.inference import memory, vision
+from perfcast.inference import memory, quantization, vision
 from perfcast.ir import Graph, UserError, dim
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
@@ -60,8 +61,6 @@ class Request:
             raise UserError("--decode needs --context-length ≥ 1 (the tokens already in the KV cache)")
         if not 0 < self.memory_utilization <= 1:
             raise UserError(f"--memory-utilization must be in (0, 1] (got {self.memory_utilization})")
-        if self.quantize is not None and self.quantize not in QUANTIZATION:
-            raise UserError(f"--quantize {self.quantize!r}: expected one of {', '.join(QUANTIZATION)}")
         for m in self.performance_models:
             if m not in PERFORMANCE_MODELS:
                 raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
@@ -71,11 +70,11 @@ class Request:
         vision.check(self)
         par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
         self.profile()
-        compute = (QUANTIZATION[self.quantize][1] if self.quantize else None) or self.dtype
-        if compute not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
-            raise UserError(f"device {self.device.name} has no {compute} matrix rate "
-                            f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); "
-                            f"choose another --dtype/--quantize")
+        quantization.resolve(self)  # a bad --quantize or quantization_config is one line
+        # a quantized linear runs natively or weight-only in the model dtype (capture/quant.py)
+        if self.dtype not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
+            raise UserError(f"device {self.device.name} has no {self.dtype} matrix rate "
+                            f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); choose another --dtype")
 
     def profile(self) -> engines.EngineProfile:
         """The engine profile the step is priced as (the device's default when none is named)."""
@@ -150,6 +149,7 @@ class Result:
     launch: Launch | None = None
     rules_applied: tuple[int, ...] = ()  # indices of the engine's rules that claimed captured ops
     vision: object = None  # perfcast.inference.vision.VisionPart: a VLM's encoder, run before the prefill
+    quantization: dict = field(default_factory=dict)  # what was quantized how, and from where
 
     def step_time_s(self, name: str) -> float:
         """The step's time: one pass of the priced graph, or with pipeline micro-batches the
@@ -242,7 +242,8 @@ def simulate(req: Request) -> Result:
     t1 = time.perf_counter()
     layers = int(req.model.data["num_hidden_layers"])
     stages = par.stages(cap, layout.pp, layers)  # memory: the step as captured, whatever the engine
-    lowered = [lower(c, quantize=req.quantize, model_dtype=req.dtype, kv_dtype=req.kv_dtype, point=at,
+    quant = quantization.resolve(req)
+    lowered = [lower(c, quantize=quant.plan, model_dtype=req.dtype, kv_dtype=quant.kv_override, point=at,
                      name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name,
                      plan=applied.plan, engine=profile.name)
                for s, (c, _) in enumerate(par.stages(applied.capture, layout.pp, layers))]
@@ -258,13 +259,14 @@ def simulate(req: Request) -> Result:
         if layout.pp > 1:
             stage_times[name] = [rollup(lw.graph, model, launch_model).evaluate({}).time_s for lw in lowered]
     t2 = time.perf_counter()
-    mem = max((_memory(req, c, lw, rng, s, layout, at) for s, ((c, rng), lw) in enumerate(zip(stages, lowered))),
-              key=lambda m: m.used_bytes)
-    notes = _notes(req, low) + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) \
-        + _pricing_notes(rollups)
+    mem = max((_memory(req, c, lw, rng, s, layout, at, quant.plan) for s, ((c, rng), lw)
+               in enumerate(zip(stages, lowered))), key=lambda m: m.used_bytes)
+    groups = quant_summary(quant.plan, cap, req.dtype)
+    notes = _notes(req, low) + quantization.notes(quant, cap, groups) \
+        + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
                   {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch,
-                  tuple(sorted(applied.used)))
+                  tuple(sorted(applied.used)), quant.as_dict(groups))
 
 
 def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
@@ -277,7 +279,7 @@ def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
 
 
 def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, layout: par.Layout,
-            at: dict | None) -> memory.MemoryReport:
+            at: dict | None, plan) -> memory.MemoryReport:
     """One device of pipeline stage ``stage``: its weights, the KV cache of its layers for all
     its data-parallel rank's sequences (every micro-batch in flight), its peak activations."""
     last = stage == layout.pp - 1
@@ -286,7 +288,7 @@ def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, la
         return par.param_share(name, cap, layout, rng, stage == 0, last,
                                bool(req.model.data.get("tie_word_embeddings")))
 
-    params, wbytes = memory.weights(cap, req.quantize, share if not layout.trivial else None)
+    params, wbytes = memory.weights(cap, plan, share if not layout.trivial else None)
     kv, kv_per_token = memory.kv_cache(low, {})
     capacity = int(req.device.hbm_capacity_bytes)
     return memory.MemoryReport(
@@ -362,10 +364,6 @@ def _notes(req: Request, low) -> list[str]:
         k = cfg.get("num_experts_per_tok")
         notes.append(f"MoE routing: balanced — each of {experts} experts receives tokens·{k}/{experts} "
                      f"tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
-    qc = req.model.data.get("quantization_config")
-    if qc and req.quantize is None:
-        notes.append(f"the published checkpoint is quantized ({qc.get('quant_method', '?')}); priced in "
-                     f"{req.dtype} — pass --quantize to price a quantized deployment")
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))

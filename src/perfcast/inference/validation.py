@@ -39,10 +39,12 @@ MAPPING_TEXT = {
             "whole batch (the first-token tables: batch 1)",
     "static": "static batch (mode static): steady-state = (one prefill of the batch + (osl − 1) decode steps at "
               "isl + osl/2) / osl, against batch / (measured output tokens/s per GPU × GPUs)",
-    "assumptions": "KV cache in the model dtype where a row does not state it (silicon_sample.csv does not; the "
-                   "static tables do: fp8 on H100/H200); fp8_block, nvfp4 and int4_wo priced "
-                   "as perfcast's fp8, fp4, w4a16 and labelled approximate; each row is priced as its backend "
-                   "runs it (--engine trtllm, vllm or sglang: that engine's kernels, launches and kernel fits)",
+    "assumptions": "a row whose model path names a shipped quantized checkpoint is priced as that checkpoint's "
+                   "quantization_config says (its KV-cache dtype included), any other in the formats its "
+                   "gemm_quant_mode / moe_quant_mode name, its KV cache in the model dtype where the row does not "
+                   "state it (silicon_sample.csv does not; the static tables do); int4_wo's group size is assumed "
+                   "(128) and labelled approximate; each row is priced as its backend runs it (--engine trtllm, "
+                   "vllm or sglang: that engine's kernels, launches and kernel fits)",
 }
 
 #: The split the issue's targets use: at low concurrency a decode step is latency-bound.

@@ -30,16 +30,17 @@ class ModelConfig:
         return self.data["model_type"]
 
 
-def _folder():
+def config_folder():
+    """The shipped configs (a ``Traversable``)."""
     return resources.files("perfcast.models") / "configs"
 
 
 def catalog_names() -> list[str]:
-    return sorted(Path(str(p)).stem for p in _folder().iterdir() if str(p).endswith(".json"))
+    return sorted(Path(str(p)).stem for p in config_folder().iterdir() if str(p).endswith(".json"))
 
 
 def _sources() -> dict:
-    return yaml.safe_load((_folder() / "SOURCES.yaml").read_text()) or {}
+    return yaml.safe_load((config_folder() / "SOURCES.yaml").read_text()) or {}
 
 
 def load_model_config(name_or_path: str) -> ModelConfig:
@@ -53,7 +54,7 @@ def load_model_config(name_or_path: str) -> ModelConfig:
             close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.4)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(names)}"
             raise UserError(f"unknown model {name_or_path!r}{hint}")
-        name, path = name_or_path, Path(str(_folder() / f"{name_or_path}.json"))
+        name, path = name_or_path, Path(str(config_folder() / f"{name_or_path}.json"))
         source = _sources().get(name, {})
     try:
         data = json.loads(path.read_text())

@@ -74,16 +74,19 @@ class AnalyticPerformanceModel(PerformanceModel):
         time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
         return Result(time, Provenance.ANALYTIC, terms, tuple(notes))
 
-    def _calibrated(self, op: Leaf, key: str, cls, shape, fit) -> Result:
+    def _calibrated(self, op: Leaf, key: str, cls, shape, fit, fit_key: str) -> Result:
         """A whole kernel priced by its class's fit; the fit's fixed time is the measured
-        kernel's own (launch gap included), so no launch is added for it."""
+        kernel's own (launch gap included), so no launch is added for it. A fit borrowed from
+        another format (``fit_key`` ≠ ``key``) prices the leaf's own bytes at its own rate."""
         d = self.device
         rate_dtype = cls.rate_dtype(key.split("/", 1)[1])
         rate = self._param("matrix_flops_per_s", d.matrix_flops_per_s(rate_dtype)) if rate_dtype else sympy.Integer(1)
         bw = self._param("hbm_bandwidth_bytes_per_s", d.hbm_bandwidth_bytes_per_s) if cls.bandwidth == "hbm" \
             else exact(cls.bandwidth_of(d))
-        time, breakdown = self.calibration.price(key, cls, shape, fit, rate, bw)
-        return Result(time, Provenance.ANALYTIC, breakdown, (f"calibrated {key} ({self.calibration.source_of(key)})",),
+        time, breakdown = self.calibration.price(fit_key, cls, shape, fit, rate, bw)
+        label = key if fit_key == key else f"{key} derived from {fit_key}"
+        source = Provenance.ANALYTIC if fit_key == key else Provenance.DERIVED
+        return Result(time, source, breakdown, (f"calibrated {label} ({self.calibration.source_of(fit_key)})",),
                       includes_launch=True)
 
     def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:

@@ -22,7 +22,7 @@ from perfcast.hardware.calibration import (_PREFERENCE, CalibrationFile, FitSpec
                                            check_device, find_calibration, load_calibration_file)
 from perfcast.hardware.device import Device, exact
 from perfcast.ir import Leaf
-from perfcast.perf.kernel_classes import KernelClass, Shape, classify
+from perfcast.perf.kernel_classes import NEAREST, KernelClass, Shape, classify
 from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 
@@ -69,14 +69,22 @@ class KernelCalibration:
     def source_of(self, key: str) -> str:
         return self.label_of(self._from[key])
 
-    def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit] | None:
+    def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit, str] | None:
+        """(the leaf's key, its class, shape, the fit that prices it, that fit's key). A format
+        this calibration has no fit for takes the nearest fit whose kernel does the same work
+        (:data:`perfcast.perf.kernel_classes.NEAREST`), at the format's own bytes and rate: the
+        two keys then differ and the result is labelled derived."""
         got = classify(leaf)
         if got is None:
             return None
         cls, shape = got
-        key = f"{cls.name}/{cls.variant(shape)}"
-        fit = self.fit(key)
-        return (key, cls, shape, fit) if fit is not None else None
+        variant = cls.variant(shape)
+        key = f"{cls.name}/{variant}"
+        for alt in (variant, *NEAREST.get(variant, ())):
+            fit = self.fit(f"{cls.name}/{alt}")
+            if fit is not None:
+                return key, cls, shape, fit, f"{cls.name}/{alt}"
+        return None
 
     def price(self, key: str, cls: KernelClass, shape: Shape, fit: KernelFit, rate, bandwidth):
         """(time, breakdown) of one kernel: exact numbers, or opaque applications."""

@@ -55,9 +55,12 @@ def features(leaf: Leaf) -> Features:
 
 
 def gemm_dtype(leaf: Leaf, weights) -> str:
-    """The GEMM format a table row is keyed on: the compute dtype (``bf16``, ``fp8``, ``fp4``,
-    ``int8`` …), or a weight-only format (``w4a16``, ``w8a16``) when ``weights`` are stored
-    narrower than the activations the kernel computes in."""
+    """The GEMM format a table row is keyed on: the one a quantized leaf states (``quant_format``:
+    ``fp8_block``, ``fp4``, ``w4a16_mxfp4`` …, see :mod:`perfcast.capture.quant`), else the compute
+    dtype (``bf16``, ``fp8``, ``int8`` …), or a weight-only format (``w4a16``, ``w8a16``) when
+    ``weights`` are stored narrower than the activations the kernel computes in."""
+    if leaf.attr("quant_format"):
+        return str(leaf.attr("quant_format"))
     compute = leaf.dtype
     for w in weights:
         if (w.dtype, compute) in WEIGHT_ONLY:

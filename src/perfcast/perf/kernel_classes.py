@@ -84,10 +84,12 @@ def _register(cls: KernelClass) -> KernelClass:
 
 
 # GEMM ---------------------------------------------------------------------------------------
-#: bytes per element of (activation, weight, output) by GEMM format. Block-scaled FP8 carries
-#: one fp32 scale per 128×128 weight block and per 128 activation elements (DeepSeek-V3 report
-#: §3.3.2), NVFP4 one fp8 scale per 16 elements (NVIDIA, "Introducing NVFP4", 2025): both
-#: well under 4 % of the element bytes.
+#: bytes per element of (activation, weight, output) by GEMM format — what a measured row of the
+#: format reads and writes, and so what its fit was made with. Block-scaled FP8 carries one fp32
+#: scale per 128×128 weight block and per 128 activation elements (DeepSeek-V3 report §3.3.2),
+#: NVFP4 one fp8 scale per 16 elements (NVIDIA, "Introducing NVFP4", 2025): both well under 4 %
+#: of the element bytes. A captured leaf states its own operand dtypes (scales included, see
+#: perfcast.ir.dtypes), and its work is counted in those (``bytes_per_element``).
 GEMM_BYTES = {
     "bf16": (2, 2, 2), "fp16": (2, 2, 2), "fp32": (4, 4, 4),
     "fp8": (1, 1, 2), "fp8_block": (1 + 4 / 128, 1 + 4 / 128**2, 2), "int8": (1, 1, 2),
@@ -95,21 +97,39 @@ GEMM_BYTES = {
     # weight-only: 4- or 8-bit weights (one fp16 scale per 128-element group) dequantized inside
     # the GEMM, 16-bit activations and math
     "w4a16": (2, 0.5 + 2 / 128, 2), "w8a16": (2, 1 + 2 / 128, 2),
+    # NVFP4 weights on a device without FP4 tensor cores: widened to bf16 inside the GEMM
+    # (vLLM marlin_utils_fp4.py, the Marlin NVFP4 path below SM100)
+    "w4a16_nvfp4": (2, 0.5 + 1 / 16, 2),
     # OCP microscaling: one 8-bit exponent scale per 32 elements (OCP MX Formats Specification
     # v1.0, §5): MXFP4 weights with bf16 activations, or with MXFP8 activations
     "w4a16_mxfp4": (2, 0.5 + 1 / 32, 2), "w4a8_mxfp4_mxfp8": (1 + 1 / 32, 0.5 + 1 / 32, 2),
 }
 GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_block": "fp8",
-             "int8": "int8", "fp4": "fp4", "w4a16": "bf16", "w8a16": "bf16", "w4a16_mxfp4": "bf16",
-             "w4a8_mxfp4_mxfp8": "fp8"}
+             "int8": "int8", "fp4": "fp4", "w4a16": "bf16", "w8a16": "bf16", "w4a16_nvfp4": "bf16",
+             "w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "fp8"}
+#: Where a device has no fit for a format, the nearest fit whose kernel does the same work prices
+#: it — with the format's own bytes and rate, labelled derived: a weight-only GEMM widens its
+#: weights and multiplies in bf16 (another weight-only kernel, else the bf16 GEMM); block-scaled
+#: FP8 is an FP8 GEMM with per-block scaling in its main loop; W8A8 int8 and FP8 run the same
+#: 8-bit tensor-core rate on Hopper (NVIDIA H100 datasheet: 1,979 TOPS / TFLOPS dense).
+NEAREST = {
+    "w4a16_nvfp4": ("w4a16_mxfp4", "w4a16", "bf16"), "w4a16_mxfp4": ("w4a16", "bf16"),
+    "w4a16": ("w4a16_mxfp4", "bf16"), "w8a16": ("bf16",), "fp8_block": ("fp8",), "int8": ("fp8",),
+    "w4a8_mxfp4_mxfp8": ("w4a16_mxfp4",),
+}
 #: output tile the wave count assumes: CUTLASS/cuBLAS Hopper GEMMs tile the output in
 #: 128×128 blocks for all but the smallest problems (NVIDIA CUTLASS 3.x, "Efficient GEMM").
 TILE = 128
 
 
+def _element_bytes(s: Shape):
+    """(activation, weight, output) bytes per element: the leaf's own, else the format's."""
+    return s.get("bytes_per_element") or GEMM_BYTES[str(s["dtype"])]
+
+
 def gemm_work(s: Shape, units: int) -> KernelWork:
-    m, n, k, v = s["M"], s["N"], s["K"], s["dtype"]
-    a, w, o = GEMM_BYTES[v]
+    m, n, k = s["M"], s["N"], s["K"]
+    a, w, o = _element_bytes(s)
     tiles = _ceil(m / TILE) * _ceil(n / TILE)
     return KernelWork(flops=2 * m * n * k, bytes=m * k * a + k * n * w + m * n * o,
                       items={"wave": k * _ceil(tiles / units)}, axes={"M": m, "NK": n * k})
@@ -204,7 +224,7 @@ def moe_work(s: Shape, units: int) -> KernelWork:
     gate+up (2·hidden·inter) and down (inter·hidden) GEMMs; weights of the experts that receive
     tokens read once (balanced routing: min(E/ep, pairs) of them); activations in and out."""
     t, hid, inter, e, k, ep = (s[x] for x in ("tokens", "hidden", "inter", "experts", "top_k", "moe_ep"))
-    a, w, _ = GEMM_BYTES[str(s["dtype"])]
+    a, w, _ = _element_bytes(s)
     pairs = t * k / ep
     active = _min(e / ep, pairs)
     return KernelWork(flops=2 * pairs * 3 * hid * inter,
@@ -273,15 +293,21 @@ CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"
 
 # Shapes off leaves ---------------------------------------------------------------------------
 def _gemm_variant(leaf: Leaf, act, weight) -> str:
-    """The GEMM format: a block-scaled or other named format if the leaf says so, weight-only
-    int4 for int4 weights with 16-bit activations, else the common dtype (the compute dtype when
-    they differ)."""
-    fmt = leaf.attr("quant_format") or (leaf.attr("compute_dtype") if leaf.attr("compute_dtype") == "fp8_block" else None)
-    if fmt:
-        return str(fmt)
+    """The GEMM format: the one a quantized leaf states (``quant_format``), weight-only int4/int8
+    for narrow integer weights with 16-bit activations, else the common dtype (the compute dtype
+    when they differ)."""
+    if leaf.attr("quant_format"):
+        return str(leaf.attr("quant_format"))
     if weight.dtype in ("int4", "int8") and act.dtype in ("bf16", "fp16"):
         return f"w{itemsize(weight.dtype) * 8}a16"
     return weight.dtype if weight.dtype == act.dtype else leaf.dtype
+
+
+def _operand_bytes(leaf: Leaf, act, weight) -> dict:
+    """A quantized leaf's own bytes per element (its scales as its checkpoint stores them)."""
+    if not leaf.attr("quant_format"):
+        return {}
+    return {"bytes_per_element": (itemsize(act.dtype), itemsize(weight.dtype), itemsize(leaf.outputs[0].dtype))}
 
 
 def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
@@ -292,7 +318,8 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         # (x, W), or (x, bias, W) for addmm as the lowering orders them
         act, weight = leaf.inputs[0], leaf.inputs[-1]
         return GEMM, {"M": prod(out.shape[:-1], start=sympy.Integer(1)), "N": out.shape[-1],
-                      "K": act.shape[-1], "dtype": _gemm_variant(leaf, act, weight)}
+                      "K": act.shape[-1], "dtype": _gemm_variant(leaf, act, weight),
+                      **_operand_bytes(leaf, act, weight)}
     if leaf.kind == "attention":
         q, k, v = leaf.inputs[:3]
         s = sympy.sympify(q.shape[2])
@@ -310,10 +337,10 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         e, d = int(leaf.attr("num_experts")), hidden.shape[-1]
         ep = int(leaf.attr("expert_shards") or 1)
         tokens = hidden.numel / d * sympy.sympify(leaf.attr("token_share") or 1) * ep
-        weight = gate_up.dtype
         return MOE, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
-                     "moe_ep": ep, "dtype": weight}
+                     "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up),
+                     **_operand_bytes(leaf, hidden, gate_up)}
     if leaf.kind in VECTOR_KINDS:
         return VECTOR, {"bytes": leaf.cost.get(BYTES_HBM)}
     if leaf.kind == "all_reduce" and str(leaf.attr("op")) in CUSTOM_ALLREDUCE_OPS:

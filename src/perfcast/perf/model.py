@@ -22,6 +22,9 @@ class Provenance(str, Enum):
     INTERPOLATED = "interpolated"
     PARTIAL = "partial"
     ANALYTIC = "analytic"
+    # an analytic price made with the kernel fit of another format whose kernel does the same
+    # work (a weight-only NVFP4 GEMM with the bf16 GEMM's fit), at the leaf's own bytes and rate
+    DERIVED = "derived"
 
 
 BOUNDS = ("compute", "memory", "comm", "latency")

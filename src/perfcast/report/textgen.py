@@ -180,7 +180,8 @@ def _label(result, name: str, shares: dict[str, float]) -> dict[str, float]:
     """In an empirical model, an analytic price is the fallback for a miss: say so."""
     if not hasattr(result.rollups[name].model, "misses"):
         return shares
-    return {("fallback" if k == "analytic" else k): v for k, v in shares.items()}
+    fallback = {"analytic": "fallback", "derived": "fallback (derived)"}
+    return {fallback.get(k, k): v for k, v in shares.items()}
 
 
 def provenance_by_time(result, name: str) -> dict[str, float]:
@@ -245,7 +246,9 @@ def to_json(result, ov: dict | None = None) -> dict:
         "model": req.model.name, "model_type": req.model.model_type, "device": req.device.name,
         "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
         "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
-        "quantize": req.quantize, "kv_cache_dtype": req.kv_dtype or req.dtype,
+        "quantize": req.quantize,
+        "kv_cache_dtype": result.quantization.get("kv_cache", {}).get("dtype") or req.kv_dtype or req.dtype,
+        "quantization": result.quantization,
         "engine": engine_section(result),
         "parallel": {"num_devices": req.devices, "tp": req.layout.tp, "ep": req.layout.ep, "dp": req.layout.dp,
                      "pp": req.layout.pp, "attention_dp": req.layout.attention_dp,
@@ -277,7 +280,9 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
              if req.decode else
              f"prefill · {seqs} × {req.query_length:,} tokens"
              + (f" after {req.context_length:,} cached" if req.context_length else ""))
-    quant = f" · {req.quantize}" if req.quantize else ""
+    q = result.quantization
+    quant = f" · {q['method']} ({'--quantize' if req.quantize else 'checkpoint'})" \
+        if q.get("method", "none") != "none" else (f" · {req.quantize}" if req.quantize else "")
     where = f"{req.devices} × {req.device.name} ({req.layout.describe()})" if req.devices > 1 else req.device.name
     eng = doc["engine"]
     console.print(f"[bold]{req.model.name}[/] on [bold]{where}[/] · {phase} · {req.dtype}{quant} · engine "
