@@ -120,6 +120,19 @@ def test_control_rate_and_action_rate():
     assert fig["control_rate"]["value"] == pytest.approx(1 / t) and fig["control_rate"]["unit"] == "Hz"
     assert fig["action_rate"]["value"] == pytest.approx(50 / t) and fig["action_rate"]["unit"] == "actions/s"
     assert fig["action_rate"]["formula"] == "H/time_s"
+    assert fig["batch_action_rate"]["value"] == pytest.approx(1 * 50 / t)
+
+
+def test_a_batch_of_observations():
+    # four robots in one step: each gets a slower control rate, the batch more actions per second
+    rc, out = run("--json", "--device", "h200-sxm", "--sweep", "B=1,4")
+    sweep = json.loads(out)["sweep"]
+    fig = [{f["name"]: f["value"] for f in e["figures"]} for e in sweep]
+    t = [e["totals"]["time_s"] for e in sweep]
+    assert t[0] < t[1] < 4 * t[0]
+    assert fig[1]["batch_action_rate"] == pytest.approx(4 * 50 / t[1])
+    assert fig[1]["batch_action_rate"] > fig[0]["batch_action_rate"]
+    assert fig[1]["control_rate"] < fig[0]["control_rate"]
     assert any("masks the state token" in n for n in doc["notes"])  # the model's assumptions
 
 
@@ -145,7 +158,7 @@ def test_text_report_and_slow_rollup(tmp_path):
     rc, out = run("--json", "--device", "h200-sxm", "--rollup", "slow")
     doc = json.loads(out)
     slow = doc["slow"]
-    assert {f["name"] for f in slow["figures"]} == {"control_rate", "action_rate"}
+    assert {f["name"] for f in slow["figures"]} == {"control_rate", "action_rate", "batch_action_rate"}
     # the schedule overlaps work the serial sum does not: never slower than the fast roll-up
     assert slow["figures"][0]["value"] >= doc["figures"][0]["value"]
 
@@ -198,7 +211,7 @@ def test_pi05_in_the_catalog():
         assert main(["kernel", "pi05", "--json", "--device", "h200-sxm"]) == 0
     doc = json.loads(out.getvalue())
     assert doc["point"]["L"] == 200
-    assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate"}
+    assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate", "batch_action_rate"}
     assert not any("state token" in n for n in doc["notes"])  # π0.5 has none
 
 

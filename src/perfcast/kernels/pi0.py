@@ -64,14 +64,17 @@ Q_BLK = KV_BLK = 64
 # three cameras (openpi models/model.py IMAGE_KEYS: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb).
 _DEFAULTS = dict(B=1, images=3, L=48, k=10, H=50)
 
-_H = sympy.Symbol("H", positive=True, integer=True)
+_B, _H = (sympy.Symbol(n, positive=True, integer=True) for n in ("B", "H"))
 FIGURES = (
     Figure("control_rate", "Hz", 1 / TIME,
-           "control steps per second: back-to-back steps (one chunk each) on one device"),
+           "control steps per second for each of the B observations (robots) of a step: steps back "
+           "to back on one device, one chunk each"),
     Figure("action_rate", "actions/s", _H / TIME,
-           "actions per second when each chunk of H actions is executed open-loop before the "
-           "next step's chunk is used (the bound for an execution horizon of H; h < H executed "
+           "actions per second per robot when each chunk of H actions is executed open-loop before "
+           "the next step's chunk is used (the bound for an execution horizon of H; h < H executed "
            "actions per chunk give h / time)"),
+    Figure("batch_action_rate", "actions/s", _B * _H / TIME,
+           "action_rate summed over the B observations of a step"),
 )
 _STATE_NOTE = ("suffix attention is full over prefix + suffix (π0 masks the state token off the "
                "actions: not saved)")
