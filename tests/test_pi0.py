@@ -121,6 +121,7 @@ def test_control_rate_and_action_rate():
     assert fig["action_rate"]["value"] == pytest.approx(50 / t) and fig["action_rate"]["unit"] == "actions/s"
     assert fig["action_rate"]["formula"] == "H/time_s"
     assert fig["batch_action_rate"]["value"] == pytest.approx(1 * 50 / t)
+    assert any("masks the state token" in n for n in doc["notes"])  # the model's assumptions
 
 
 def test_a_batch_of_observations():
@@ -133,7 +134,6 @@ def test_a_batch_of_observations():
     assert fig[1]["batch_action_rate"] == pytest.approx(4 * 50 / t[1])
     assert fig[1]["batch_action_rate"] > fig[0]["batch_action_rate"]
     assert fig[1]["control_rate"] < fig[0]["control_rate"]
-    assert any("masks the state token" in n for n in doc["notes"])  # the model's assumptions
 
 
 def test_sweep_figures_and_a_longer_chunk():
