@@ -225,3 +225,13 @@ def test_the_memory_curve_the_docs_quote():
     spec = yaml.safe_load((Path(perfcast.hardware.__file__).parent / "devices" / "h200-sxm.yaml").read_text())
     points = dict(map(tuple, spec["calibration"]["efficiency"]["memory"]["points"]))
     assert round(points[1e7], 2) == 0.15 and round(points[1e8], 2) == 0.42
+
+
+def test_a_figure_needs_its_symbols():
+    from perfcast.ir import UserError
+    from perfcast.kernels import TIME, Figure
+
+    rate = Figure("action_rate", "actions/s", sympy.Symbol("H", positive=True, integer=True) / TIME, "H per second")
+    assert rate.at(0.5, {"H": 50}) == 100.0  # 50 actions in half a second
+    with pytest.raises(UserError, match="needs a value for H"):
+        rate.at(0.5, {})
