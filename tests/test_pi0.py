@@ -231,7 +231,9 @@ def test_a_figure_needs_its_symbols():
     from perfcast.ir import UserError
     from perfcast.kernels import TIME, Figure
 
-    rate = Figure("action_rate", "actions/s", sympy.Symbol("H", positive=True, integer=True) / TIME, "H per second")
+    from perfcast.ir import dim
+
+    rate = Figure("action_rate", "actions/s", dim("H") / TIME, "H per second")
     assert rate.at(0.5, {"H": 50}) == 100.0  # 50 actions in half a second
     with pytest.raises(UserError, match="needs a value for H"):
         rate.at(0.5, {})

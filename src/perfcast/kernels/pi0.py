@@ -38,9 +38,8 @@ flash-attention tile is a whole tile (``padded``: the last partial tile is compu
 
 from __future__ import annotations
 
-import sympy
-
 from perfcast.dsl import TraceError
+from perfcast.ir import dims
 from perfcast.kernels.registry import TIME, Figure, kernel
 from perfcast.kernels.transformer import Stack, ada_rms_norm, const, layer_norm, layers, load, rms_norm
 
@@ -64,7 +63,7 @@ Q_BLK = KV_BLK = 64
 # three cameras (openpi models/model.py IMAGE_KEYS: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb).
 _DEFAULTS = dict(B=1, images=3, L=48, k=10, H=50)
 
-_B, _H = (sympy.Symbol(n, positive=True, integer=True) for n in ("B", "H"))
+_B, _H = dims("B H")
 FIGURES = (
     Figure("control_rate", "Hz", 1 / TIME,
            "control steps per second for each of the B observations (robots) of a step: steps back "
