@@ -55,6 +55,7 @@ def test_action_expert_step_flops_by_hand():
              + 2 * 50 * (2 * D) * D                # action_time_mlp_in over [action, time]
              + 2 * 50 * D * D)                     # action_time_mlp_out
     out = 2 * 50 * D * 32                          # action_out_proj
+    assert embed + out == 321_191_936
     step = 18 * per_layer + embed + out
     assert step == 38_824_902_656
     assert at(denoise_step_cost()[FLOPS_MATRIX]) == step
@@ -71,6 +72,7 @@ def test_vlm_prefill_flops_by_hand():
     P, D, F, rows = 816, 2048, 16384, 13 * 64
     vlm_layer = 2 * P * D * 2048 * 2 + 2 * P * D * 256 * 2 + 2 * P * D * F * 3 + 2 * 8 * rows * rows * 256 * 2
     assert vlm_layer == 185_354_682_368
+    assert vision == 660_529_741_824 and 18 * vlm_layer == 3_336_384_282_624
     prefill = vision + 18 * vlm_layer
     assert prefill == 3_996_914_024_448
     total = cost(graph())[FLOPS_MATRIX]
