@@ -77,3 +77,31 @@ def test_reduce_loop_checks_accumulators():
         @b2.reduce_loop(3, init=[acc])
         def body2(a):
             return b2.fill("wrong", (5,))
+
+
+def test_launch_blocks_make_a_trace_a_program_of_kernels():
+    from perfcast.hardware.device import get_device
+    from perfcast.perf import AnalyticPerformanceModel
+    from perfcast.rollup import rollup
+
+    def two_kernels(b):
+        (n,) = b.dims("n")
+        x, y = b.hbm("x", (n,)), b.hbm("y", (n,))
+        for name in ("first", "second"):
+            @b.block(name=name, launch=True)
+            def kernel():
+                b.store_tile(f"{name}_store", b.exp(f"{name}_exp", b.load_tile(f"{name}_load", x, (n,))), y)
+
+    def one_kernel(b):
+        (n,) = b.dims("n")
+        x = b.hbm("x", (n,))
+        b.exp("e", b.load_tile("load", x, (n,)))
+
+    program, single = trace(two_kernels), trace(one_kernel)
+    assert not program.launch and single.launch  # the program's kernels are its launch blocks
+    assert [op.launch for op in program.ops] == [True, True]
+    model = AnalyticPerformanceModel(get_device("h100-sxm"))
+    # one static launch latency per kernel: two for the program, one for the single kernel
+    static = model.launch_overhead().time_s
+    assert rollup(program, model).launch_time_s == 2 * static
+    assert rollup(single, model).launch_time_s == static

@@ -55,6 +55,7 @@ def test_action_expert_step_flops_by_hand():
              + 2 * 50 * (2 * D) * D                # action_time_mlp_in over [action, time]
              + 2 * 50 * D * D)                     # action_time_mlp_out
     out = 2 * 50 * D * 32                          # action_out_proj
+    assert embed + out == 321_191_936
     step = 18 * per_layer + embed + out
     assert step == 38_824_902_656
     assert at(denoise_step_cost()[FLOPS_MATRIX]) == step
@@ -71,6 +72,7 @@ def test_vlm_prefill_flops_by_hand():
     P, D, F, rows = 816, 2048, 16384, 13 * 64
     vlm_layer = 2 * P * D * 2048 * 2 + 2 * P * D * 256 * 2 + 2 * P * D * F * 3 + 2 * 8 * rows * rows * 256 * 2
     assert vlm_layer == 185_354_682_368
+    assert vision == 660_529_741_824 and 18 * vlm_layer == 3_336_384_282_624
     prefill = vision + 18 * vlm_layer
     assert prefill == 3_996_914_024_448
     total = cost(graph())[FLOPS_MATRIX]
@@ -120,7 +122,20 @@ def test_control_rate_and_action_rate():
     assert fig["control_rate"]["value"] == pytest.approx(1 / t) and fig["control_rate"]["unit"] == "Hz"
     assert fig["action_rate"]["value"] == pytest.approx(50 / t) and fig["action_rate"]["unit"] == "actions/s"
     assert fig["action_rate"]["formula"] == "H/time_s"
+    assert fig["batch_action_rate"]["value"] == pytest.approx(1 * 50 / t)
     assert any("masks the state token" in n for n in doc["notes"])  # the model's assumptions
+
+
+def test_a_batch_of_observations():
+    # four robots in one step: each gets a slower control rate, the batch more actions per second
+    rc, out = run("--json", "--device", "h200-sxm", "--sweep", "B=1,4")
+    sweep = json.loads(out)["sweep"]
+    fig = [{f["name"]: f["value"] for f in e["figures"]} for e in sweep]
+    t = [e["totals"]["time_s"] for e in sweep]
+    assert t[0] < t[1] < 4 * t[0]
+    assert fig[1]["batch_action_rate"] == pytest.approx(4 * 50 / t[1])
+    assert fig[1]["batch_action_rate"] > fig[0]["batch_action_rate"]
+    assert fig[1]["control_rate"] < fig[0]["control_rate"]
 
 
 def test_sweep_figures_and_a_longer_chunk():
@@ -145,7 +160,7 @@ def test_text_report_and_slow_rollup(tmp_path):
     rc, out = run("--json", "--device", "h200-sxm", "--rollup", "slow")
     doc = json.loads(out)
     slow = doc["slow"]
-    assert {f["name"] for f in slow["figures"]} == {"control_rate", "action_rate"}
+    assert {f["name"] for f in slow["figures"]} == {"control_rate", "action_rate", "batch_action_rate"}
     # the schedule overlaps work the serial sum does not: never slower than the fast roll-up
     assert slow["figures"][0]["value"] >= doc["figures"][0]["value"]
 
@@ -198,7 +213,7 @@ def test_pi05_in_the_catalog():
         assert main(["kernel", "pi05", "--json", "--device", "h200-sxm"]) == 0
     doc = json.loads(out.getvalue())
     assert doc["point"]["L"] == 200
-    assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate"}
+    assert {f["name"] for f in doc["figures"]} == {"control_rate", "action_rate", "batch_action_rate"}
     assert not any("state token" in n for n in doc["notes"])  # π0.5 has none
 
 
@@ -212,3 +227,15 @@ def test_the_memory_curve_the_docs_quote():
     spec = yaml.safe_load((Path(perfcast.hardware.__file__).parent / "devices" / "h200-sxm.yaml").read_text())
     points = dict(map(tuple, spec["calibration"]["efficiency"]["memory"]["points"]))
     assert round(points[1e7], 2) == 0.15 and round(points[1e8], 2) == 0.42
+
+
+def test_a_figure_needs_its_symbols():
+    from perfcast.ir import UserError
+    from perfcast.kernels import TIME, Figure
+
+    from perfcast.ir import dim
+
+    rate = Figure("action_rate", "actions/s", dim("H") / TIME, "H per second")
+    assert rate.at(0.5, {"H": 50}) == 100.0  # 50 actions in half a second
+    with pytest.raises(UserError, match="needs a value for H"):
+        rate.at(0.5, {})

@@ -179,20 +179,25 @@ def run(args) -> int:
     ov = overlaps.get(id(r))
     notes = [*spec.notes, *_notes(model, r, transforms)]
     slow = slow_rollup(model, device, graph, point, ev.launch_time_s, args, spec.name)
-    times = [(oev.after_s if oev else ev.time_s, ev.point)] + [
-        (o.after_s if o else e.time_s, e.point) for e, o in zip(evals, sweep_ov or [None] * len(evals))]
+    # figures derived from the time (e.g. a control rate): (roll-up, time, point, figures) at the
+    # point, at each sweep point, and at the slow roll-up's time
+    times = [("fast", oev.after_s if oev else ev.time_s, ev.point)] + [
+        ("fast", o.after_s if o else e.time_s, e.point) for e, o in zip(evals, sweep_ov or [None] * len(evals))]
+    if slow is not None:
+        times.append(("slow", slow.time_s, ev.point))
+    figures = [(*t, spec.figures_at(*t[1:])) for t in times] if spec.figures else []
     if args.json:
         doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
-        if spec.figures:  # figures derived from the time (e.g. a control rate)
-            doc["figures"] = spec.figures_at(*times[0])
-            for entry, t in zip(doc.get("sweep", []), times[1:]):
-                entry["figures"] = spec.figures_at(*t)
+        if figures:
+            doc["figures"] = figures[0][3]
+            for entry, f in zip(doc.get("sweep", []), figures[1:1 + len(evals)]):
+                entry["figures"] = f[3]
         if slow is not None:
             from perfcast.report.slow import comparison
 
             doc["slow"] = comparison(slow, ev.time_s)
-            if spec.figures:
-                doc["slow"]["figures"] = spec.figures_at(slow.time_s, ev.point)
+            if figures:
+                doc["slow"]["figures"] = figures[-1][3]
             if args.rollup == "slow":
                 doc["rollup"] = "slow"
         json.dump(doc, sys.stdout, indent=2)
@@ -210,10 +215,9 @@ def run(args) -> int:
             console.print(f"[bold]{spec.name}[/] on [bold]{device.name}[/] at "
                           + ", ".join(f"{k}={v:g}" for k, v in point.items()))
         slow_report.render(console, slow, ev.time_s)
-    if spec.figures:
-        rows = ([("fast", *times[0])] if args.rollup != "slow" else []) + [
-            ("fast", *t) for t in times[1:]] + ([("slow", slow.time_s, ev.point)] if slow else [])
-        report.figures_table(console, spec, rows, [a for a, _ in axes])
+    if figures:
+        report.figures_table(console, spec.figures, figures[1:] if args.rollup == "slow" else figures,
+                             [a for a, _ in axes])
     return 0
 
 

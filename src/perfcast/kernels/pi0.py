@@ -1,5 +1,5 @@
 """One control step of the π0 vision-language-action policy, written in the DSL (Black et al.,
-"π0: A Vision-Language-Action Flow Model for General Robot Control", arXiv:2410.24164, §III;
+"π0: A Vision-Language-Action Flow Model for General Robot Control", arXiv:2410.24164, §IV;
 structure from openpi ``src/openpi/models/pi0.py`` ``Pi0.sample_actions``).
 
 1. **Prefix** (once per step): each of the ``images`` camera images (224×224 in 14×14 patches:
@@ -8,7 +8,7 @@ structure from openpi ``src/openpi/models/pi0.py`` ``Pi0.sample_actions``).
    ``gemma.py`` ``Embedder.encode``); the Gemma-2B language model over the ``P = 256·images + L``
    prefix tokens, with bidirectional attention (the prefix is one block of openpi's attention
    mask), writing each layer's keys and values — the KV cache.
-2. **k denoising steps** of flow matching (paper §IV, eq. 1-2: the Euler update
+2. **k denoising steps** of flow matching (paper §IV: the Euler update
    ``x ← x + dt·v_θ(x, t)``, ``dt = −1/k``, openpi ``sample_actions``): each step embeds the robot
    state (one token, ``state_proj``) and the noisy chunk of ``H`` actions with the flow time
    (``action_in_proj``, then ``action_time_mlp_in`` over ``[action, time]``, swish,
@@ -17,7 +17,7 @@ structure from openpi ``src/openpi/models/pi0.py`` ``Pi0.sample_actions``).
    the last ``H`` tokens to velocities (``action_out_proj``) and takes the Euler step.
 
 **π0.5** (Physical Intelligence, "π0.5: a Vision-Language-Action Model with Open-World
-Generalization", arXiv:2504.16054, §IV; openpi ``Pi0Config(pi05=True)``) keeps the prefix (the
+Generalization", arXiv:2504.16054; openpi ``Pi0Config(pi05=True)``) keeps the prefix (the
 robot state discretised into the prompt's tokens) and changes the action expert: the suffix is
 the ``H`` action tokens (``action_in_proj``); the flow time goes through ``time_mlp_in``/``out``
 (swish after each) into every RMSNorm of the expert as an adaptive norm (scale, shift, and a gate
@@ -38,14 +38,13 @@ flash-attention tile is a whole tile (``padded``: the last partial tile is compu
 
 from __future__ import annotations
 
-import sympy
-
 from perfcast.dsl import TraceError
+from perfcast.ir import dims
 from perfcast.kernels.registry import TIME, Figure, kernel
 from perfcast.kernels.transformer import Stack, ada_rms_norm, const, layer_norm, layers, load, rms_norm
 
 # big_vision ``big_vision/models/vit.py`` ``decode_variant("So400m/14")``: width 1152, depth 27,
-# mlp_dim 4304, 16 heads (Alabdulmohsin et al., arXiv:2305.13035, §4); openpi builds it with
+# mlp_dim 4304, 16 heads (Alabdulmohsin et al., arXiv:2305.13035); openpi builds it with
 # ``variant="So400m/14"``, ``pool_type="none"`` and a head to the language model's width.
 SIGLIP_SO400M = Stack("vit", width=1152, depth=27, mlp_dim=4304, heads=16, kv_heads=16, head_dim=72, gemma=False)
 # openpi ``src/openpi/models/gemma.py`` ``get_config("gemma_2b")`` and ``("gemma_300m")``.
@@ -64,14 +63,17 @@ Q_BLK = KV_BLK = 64
 # three cameras (openpi models/model.py IMAGE_KEYS: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb).
 _DEFAULTS = dict(B=1, images=3, L=48, k=10, H=50)
 
-_H = sympy.Symbol("H", positive=True, integer=True)
+_B, _H = dims("B H")
 FIGURES = (
     Figure("control_rate", "Hz", 1 / TIME,
-           "control steps per second: back-to-back steps (one chunk each) on one device"),
+           "control steps per second for each of the B observations (robots) of a step: steps back "
+           "to back on one device, one chunk each"),
     Figure("action_rate", "actions/s", _H / TIME,
-           "actions per second when each chunk of H actions is executed open-loop before the "
-           "next step's chunk is used (the bound for an execution horizon of H; h < H executed "
+           "actions per second per robot when each chunk of H actions is executed open-loop before "
+           "the next step's chunk is used (the bound for an execution horizon of H; h < H executed "
            "actions per chunk give h / time)"),
+    Figure("batch_action_rate", "actions/s", _B * _H / TIME,
+           "action_rate summed over the B observations of a step"),
 )
 _STATE_NOTE = ("suffix attention is full over prefix + suffix (π0 masks the state token off the "
                "actions: not saved)")
@@ -100,8 +102,8 @@ def pi05(b):
     return pi0_step(b, pi05=True)
 
 
-def pi0_step(b, *, pi05: bool = False, vision: Stack = SIGLIP_SO400M, vlm: Stack = GEMMA_2B, expert: Stack = GEMMA_300M,
-             vocab: int = PALIGEMMA_VOCAB, action_dim: int = ACTION_DIM, q_blk: int = Q_BLK,
+def pi0_step(b, *, pi05: bool = False, vision: Stack = SIGLIP_SO400M, vlm: Stack = GEMMA_2B,
+             expert: Stack = GEMMA_300M, vocab: int = PALIGEMMA_VOCAB, action_dim: int = ACTION_DIM, q_blk: int = Q_BLK,
              kv_blk: int = KV_BLK):
     """Trace one control step; returns the final action chunk ``(B, H, action_dim)``. ``pi05``:
     π0.5's action expert (no state token, the flow time through adaptive RMSNorms)."""
@@ -155,7 +157,8 @@ def _vision(b, s: Stack, N, width, prefix, q_blk, kv_blk):
         y = layer_norm(b, "vit.final_norm.", load(b, "vit.load_out", h),
                        load(b, "vit.load_norm_gamma", b.hbm("vit.norm_gamma", (D,))),
                        load(b, "vit.load_norm_beta", b.hbm("vit.norm_beta", (D,))), s.eps)
-        y = b.einsum("vit.head_proj", "ntd,de->nte", y, load(b, "vit.load_w_head", b.hbm("vit.w_head", (D, width))))
+        w_head = load(b, "vit.load_w_head", b.hbm("vit.w_head", (D, width)))
+        y = b.einsum("vit.head_proj", "ntd,de->nte", y, w_head)
         y = b.tensor_add("vit.head_bias", y, load(b, "vit.load_b_head", b.hbm("vit.b_head", (width,))))
         b.store_tile("vit.store_image_tokens", y, prefix)
 
@@ -203,25 +206,29 @@ def _denoise(b, s: Stack, sizes, action_dim, cache, q_blk, kv_blk, pi05):
 
             @b.block(name=p + "embed_actions", launch=True)
             def embed_actions():  # the suffix is the H action tokens
-                b.store_tile(p + "store_action_tokens", dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in), suffix)
+                a = dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in)
+                b.store_tile(p + "store_action_tokens", a, suffix)
         else:
             @b.block(name=p + "embed_state", launch=True)
             def embed_state():  # the suffix's first token
-                b.store_tile(p + "store_state_token", dense("state_proj", load(b, p + "load_state", state), w_state, b_state), suffix)
+                token = dense("state_proj", load(b, p + "load_state", state), w_state, b_state)
+                b.store_tile(p + "store_state_token", token, suffix)
 
             @b.block(name=p + "embed_actions", launch=True)
             def embed_actions():
                 a = dense("action_in_proj", load(b, p + "load_noisy_actions", x_t), w_in, b_in)
                 # openpi concatenates [action tokens, time tokens broadcast over H] and applies one
                 # 2·D → D Dense: the two halves of that contraction, the broadcast materialised
-                t = b.tensor_add(p + "time_broadcast", b.fill(p + "zeros", (B, H, D)), load(b, p + "load_time", time_emb))
-                y = b.tensor_add(p + "time_mlp_in", dense("time_mlp_in_action", a, *mlp[0]),
-                                 b.einsum(p + "time_mlp_in_time", "nti,io->nto", t, load(b, p + "load_w_mlp_t", w_mlp_t)))
+                t = b.tensor_add(p + "time_broadcast", b.fill(p + "zeros", (B, H, D)),
+                                 load(b, p + "load_time", time_emb))
+                t = b.einsum(p + "time_mlp_in_time", "nti,io->nto", t, load(b, p + "load_w_mlp_t", w_mlp_t))
+                y = b.tensor_add(p + "time_mlp_in", dense("time_mlp_in_action", a, *mlp[0]), t)
                 b.store_tile(p + "store_action_time", b.silu(p + "swish", y), mid)
 
             @b.block(name=p + "time_mlp_out", launch=True)
             def time_mlp_out():  # the suffix's last H tokens
-                b.store_tile(p + "store_action_tokens", dense("time_mlp_out_proj", load(b, p + "load_mid", mid), *mlp[1]), suffix)
+                tokens = dense("time_mlp_out_proj", load(b, p + "load_mid", mid), *mlp[1])
+                b.store_tile(p + "store_action_tokens", tokens, suffix)
 
         h = layers(b, s, suffix, cache, kv_len=T_kv, q_blk=S, kv_blk=kv_blk, cond=cond)
 
@@ -229,11 +236,14 @@ def _denoise(b, s: Stack, sizes, action_dim, cache, q_blk, kv_blk, pi05):
         def velocity():  # the last H tokens' velocity and the Euler step x + dt·v, dt = −1/k
             y = b.load_tile(p + "load_h_actions", h, (B, H, D))
             if pi05:  # the final norm's gate is unused
-                y, _ = ada_rms_norm(b, p + "final_norm.", y, load(b, p + "load_cond_final", cond), final, s.eps)
+                y, _ = ada_rms_norm(b, p + "final_norm.", y, load(b, p + "load_cond_final", cond), final,
+                                    s.eps)
             else:
-                y = rms_norm(b, p + "final_norm.", y, load(b, p + "load_final_norm", w("final_norm_scale", (D,))), s.eps)
+                scale = load(b, p + "load_final_norm", w("final_norm_scale", (D,)))
+                y = rms_norm(b, p + "final_norm.", y, scale, s.eps)
             v = dense("action_out_proj", y, w_out, b_out)
-            x = b.tensor_add(p + "euler", load(b, p + "load_x_t", x_t), b.tensor_mul(p + "dt_v", v, const(b, p + "dt", "-1/k")))
+            dt_v = b.tensor_mul(p + "dt_v", v, const(b, p + "dt", "-1/k"))
+            x = b.tensor_add(p + "euler", load(b, p + "load_x_t", x_t), dt_v)
             return b.store_tile(p + "store_actions", x, x_next)
 
         return velocity

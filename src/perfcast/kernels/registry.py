@@ -12,7 +12,9 @@ from perfcast.dsl import Builder, trace
 from perfcast.ir import Graph
 from perfcast.ir.errors import UserError
 
-TIME = sympy.Symbol("time_s", positive=True)  # the kernel's time, in a figure's formula
+# A figure's placeholder for the kernel's time: neither a design nor a hardware symbol, it is
+# replaced by the roll-up's number before the figure is evaluated (Figure.at).
+TIME = sympy.Symbol("time_s", positive=True)
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,6 @@ class Figure:
     unit: str
     formula: sympy.Expr
     definition: str
-
-    def closed_form(self, time_s: sympy.Expr) -> sympy.Expr:
-        return self.formula.xreplace({TIME: time_s})
 
     def at(self, time_s: float, point: Mapping[str, float]) -> float:
         """The figure at a design point whose time is ``time_s``."""

@@ -61,7 +61,7 @@ def load(b, name: str, t):
 
 def rms_norm(b, p: str, x, scale, eps: float):
     """``x · rsqrt(mean(x²) + eps) · scale`` over the last dim (Zhang & Sennrich, "Root Mean
-    Square Layer Normalization", 2019, eq. 4; Gemma's scale is ``1 + w``, folded into the
+    Square Layer Normalization", NeurIPS 2019, §3; Gemma's scale is ``1 + w``, folded into the
     weight: openpi ``gemma.py`` ``RMSNorm``)."""
     ss = b.reduce_sum(p + "sumsq", b.tensor_mul(p + "square", x, x))
     ms = b.tensor_mul(p + "mean_square", ss, const(b, p + "inv_width", f"1/{x.shape[-1]}"))
@@ -89,7 +89,7 @@ def ada_rms_norm(b, p: str, x, cond, weights, eps: float):
 
 def layer_norm(b, p: str, x, gamma, beta, eps: float):
     """``(x − mean) · rsqrt(var + eps) · γ + β`` over the last dim (Ba et al., "Layer
-    Normalization", arXiv:1607.06450, eq. 3-4; the two-pass mean/variance of flax
+    Normalization", arXiv:1607.06450, §3; the two-pass mean/variance of flax
     ``nn.LayerNorm``)."""
     inv = const(b, p + "inv_width", f"1/{x.shape[-1]}")
     mean = b.tensor_mul(p + "mean", b.reduce_sum(p + "sum", x), inv)
@@ -111,7 +111,7 @@ def gelu_tanh(b, p: str, x):
 
 
 def rope(b, p: str, x, cos, sin):
-    """Rotary embedding ``x·cos + rotate_half(x)·sin`` (Su et al., arXiv:2104.09864, eq. 34):
+    """Rotary embedding ``x·cos + rotate_half(x)·sin`` (Su et al., arXiv:2104.09864, §3.4.2):
     two multiplies and an add per element; ``rotate_half`` is a permutation with sign flips,
     folded into the ``sin`` table."""
     return b.tensor_add(p + "rope", b.tensor_mul(p + "rope_cos", x, cos), b.tensor_mul(p + "rope_sin", x, sin))
@@ -182,18 +182,22 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk, cond=None):
 
         @b.block(name=p + "attention", launch=True)
         def attn():
-            attention(b, q_buf, K, V, o_buf, q_blk=q_blk, kv_blk=kv_blk, kv_len=kv_len, prefix=p, fill_acc=True)
+            attention(b, q_buf, K, V, o_buf, q_blk=q_blk, kv_blk=kv_blk, kv_len=kv_len, prefix=p,
+                      fill_acc=True)
 
         @b.block(name=p + "o_proj", launch=True)
         def o_proj():
-            o = b.einsum(p + "out_proj", "nkgte,kged->ntd", load(b, p + "load_attn", o_buf), load(b, p + "load_w_o", wo))
+            o = b.einsum(p + "out_proj", "nkgte,kged->ntd", load(b, p + "load_attn", o_buf),
+                         load(b, p + "load_w_o", wo))
             o = gated(1, biased("o_bias", o, None if s.gemma else bo))
-            return b.store_tile(p + "store_h_attn", b.tensor_add(p + "residual_attn", o, load(b, p + "load_res", h)), h_attn)
+            h1 = b.tensor_add(p + "residual_attn", o, load(b, p + "load_res", h))
+            return b.store_tile(p + "store_h_attn", h1, h_attn)
 
         @b.block(name=p + "mlp_up", launch=True)
         def mlp_up():
             x = norm(2, load(b, p + "load_h_attn", h_attn))
-            ups = [b.einsum(f"{p}{n}_proj", "ntd,df->ntf", x, load(b, f"{p}load_w_{n}", w)) for n, w in w_up.items()]
+            ups = [b.einsum(f"{p}{n}_proj", "ntd,df->ntf", x, load(b, f"{p}load_w_{n}", w))
+                   for n, w in w_up.items()]
             if s.gemma:
                 a = b.tensor_mul(p + "glu", gelu_tanh(b, p + "gelu.", ups[0]), ups[1])
             else:
@@ -202,9 +206,11 @@ def layers(b, s: Stack, h0, kv, *, kv_len, q_blk, kv_blk, cond=None):
 
         @b.block(name=p + "mlp_down", launch=True)
         def mlp_down():
-            y = b.einsum(p + "down_proj", "ntf,fd->ntd", load(b, p + "load_act", act), load(b, p + "load_w_down", w_down))
+            y = b.einsum(p + "down_proj", "ntf,fd->ntd", load(b, p + "load_act", act),
+                         load(b, p + "load_w_down", w_down))
             y = gated(2, biased("down_bias", y, None if s.gemma else b_down))
-            return b.store_tile(p + "store_h", b.tensor_add(p + "residual_mlp", y, load(b, p + "load_res2", h_attn)), h_out)
+            h2 = b.tensor_add(p + "residual_mlp", y, load(b, p + "load_res2", h_attn))
+            return b.store_tile(p + "store_h", h2, h_out)
 
         return mlp_down
 

@@ -173,15 +173,16 @@ def render(console: Console, kernel: str, device, r: FastRollup, ev: Evaluation,
         console.print(f"[yellow]note:[/] {n}")
 
 
-def figures_table(console: Console, spec, rows, swept: Sequence[str]) -> None:
-    """The kernel's figures (derived from its time: a rate, a throughput) per roll-up and point;
-    ``rows`` are ``(roll-up, time_s, point)``. Each figure's definition follows the table."""
+def figures_table(console: Console, defined, rows, swept: Sequence[str]) -> None:
+    """A kernel's figures (derived from its time: a rate, a throughput) per roll-up and point:
+    ``rows`` are ``(roll-up, time_s, point, figures)``, ``figures`` as ``KernelSpec.figures_at``
+    gives them; ``defined`` are the figures, whose definitions follow the table."""
     t = Table(title="Figures", title_justify="left")
-    for col in ("roll-up", *swept, "time", *(f"{f.name} ({f.unit})" for f in spec.figures)):
+    for col in ("roll-up", *swept, "time", *(f"{f.name} ({f.unit})" for f in defined)):
         t.add_column(col, justify="left" if col == "roll-up" else "right")
-    for rollup_name, time_s, point in rows:
-        values = [f"{v['value']:.4g}" for v in spec.figures_at(time_s, point)]
-        t.add_row(rollup_name, *(integer(point[s]) for s in swept), seconds(time_s), *values)
+    for rollup_name, time_s, point, values in rows:
+        t.add_row(rollup_name, *(integer(point[s]) for s in swept), seconds(time_s),
+                  *(f"{v['value']:.4g}" for v in values))
     console.print(t)
-    for f in spec.figures:
+    for f in defined:
         console.print(f"  {f.name} = {f.formula}: {f.definition}", markup=False, highlight=False)
