@@ -27,7 +27,7 @@ from perfcast.ir.op import (
 from perfcast.ir.render import render
 from perfcast.ir.rrt import RRT
 from perfcast.ir.rules import make_leaf, register, work
-from perfcast.ir.symbols import dim, dims, hw
+from perfcast.ir.symbols import dim, dims, hw, result
 from perfcast.ir.tensor import Tensor
 
 __all__ = [
@@ -35,5 +35,5 @@ __all__ = [
     "DTYPES", "itemsize", "UserError",
     "Graph", "Leaf", "Loop", "Op", "Visit", "cost", "fold", "leaves", "rolled_leaves", "trip_counts",
     "walk",
-    "render", "RRT", "make_leaf", "register", "work", "dim", "dims", "hw", "Tensor",
+    "render", "RRT", "make_leaf", "register", "work", "dim", "dims", "hw", "result", "Tensor",
 ]

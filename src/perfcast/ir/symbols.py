@@ -62,5 +62,19 @@ def hw(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, positive=True)
 
 
+#: Results a formula may be written in (e.g. a control rate derived from a step's time).
+RESULTS: dict[str, str] = {
+    "time_s": "the priced time of a kernel or step, in seconds",
+}
+
+
+@lru_cache(maxsize=None)
+def result(name: str) -> sympy.Symbol:
+    """A priced result: a positive real symbol."""
+    if name not in RESULTS:
+        raise ValueError(f"unknown result {name!r}; known: {', '.join(RESULTS)}")
+    return sympy.Symbol(name, positive=True)
+
+
 def is_integer_symbol(s: sympy.Symbol) -> bool:
     return bool(s.is_integer)

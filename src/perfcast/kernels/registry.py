@@ -11,10 +11,11 @@ import sympy
 from perfcast.dsl import Builder, trace
 from perfcast.ir import Graph
 from perfcast.ir.errors import UserError
+from perfcast.ir.symbols import result
 
 # A figure's placeholder for the kernel's time: neither a design nor a hardware symbol, it is
 # replaced by the roll-up's number before the figure is evaluated (Figure.at).
-TIME = sympy.Symbol("time_s", positive=True)
+TIME = result("time_s")
 
 
 @dataclass(frozen=True)
