@@ -1,12 +1,13 @@
 """Out-of-sample accuracy of the calibrated kernel model on the measured kernel tables.
 
-For every device and engine database shipped with perfcast (H100, H200, B200, A100; TensorRT-LLM
-by default), each kernel class and variant is fitted k-fold by shape — every distinct shape sits
+For every device and engine database shipped with perfcast (H100, H200, B200, A100, GB200,
+B300, GB300; TensorRT-LLM by default), each kernel class and variant is fitted k-fold by shape — every distinct shape sits
 in one fold and is predicted by a fit on the others, so no shape is in its own fit — and the
 errors are reported per op family, variant and size band, next to a naive datasheet roofline
 (max of FLOPs at peak and bytes at peak bandwidth, the same work counts) measured in the same
-run. Cross-device transfer: fits on H100 predict H200 (same SMs, faster HBM) and the error is
-reported the same way.
+run. Cross-device transfer: fits on H100 predict H200 (same SMs, faster HBM), and fits on GB200
+predict GB300 (Blackwell to Blackwell Ultra: same SM count and clock in the files, new
+attention and FP4 units), the error reported the same way.
 
 Size bands are by the naive roofline time of the kernel (a property of the shape, not of the
 measurement): < 5 µs, 5–50 µs, 50–500 µs, ≥ 500 µs.
@@ -35,7 +36,7 @@ from perfcast.db.calibrate import fit_sample, kfold, peaks, predict, samples, wo
 from perfcast.hardware import get_device  # noqa: E402
 from perfcast.perf.profiling import find_database  # noqa: E402
 
-DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb")
+DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb", "gb200", "b300-sxm", "gb300")
 BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us"), (500e-6, np.inf, ">=500us"))
 FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generation": "attention",
           "mla.context": "attention", "mla.generation": "attention", "moe": "moe",
@@ -126,7 +127,7 @@ def family_summary(rows, key="errors"):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--framework", default="trtllm", help="engine databases to measure on (default trtllm)")
-    ap.add_argument("--device", action="append", choices=DEVICES, help="devices (default: all four)")
+    ap.add_argument("--device", action="append", choices=DEVICES, help="devices (default: all seven)")
     ap.add_argument("--family", action="append", help="only these op families (gemm, attention, moe, ...)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args(argv)
@@ -134,9 +135,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = [r for d in (a.device or DEVICES) for r in rows_for(d, a.framework, only)]
     moved = transfer("h100-sxm", "h200-sxm", a.framework, only) if not a.device or {"h100-sxm", "h200-sxm"} <= set(a.device) else []
+    ultra = transfer("gb200", "gb300", a.framework, only) if not a.device or {"gb200", "gb300"} <= set(a.device) else []
     doc = {"framework": a.framework, "seconds": time.perf_counter() - t0,
            "families": family_summary(rows), "families_naive": family_summary(rows, "naive_errors"),
            "transfer_h100_to_h200": family_summary(moved) if moved else {},
+           "transfer_gb200_to_gb300": family_summary(ultra) if ultra else {},
            "bands": band_summary(rows),
            "rows": [{k: v for k, v in r.items() if not k.endswith(("errors", "band_of"))} for r in rows],
            "transfer_rows": [{k: v for k, v in r.items() if k != "errors"} for r in moved]}
@@ -149,6 +152,8 @@ def main(argv=None) -> int:
                                                                    <= TRANSFER_TARGET) if moved else None}
     if moved:
         doc["transfer_overall"] = stats(np.concatenate([r["errors"] for r in moved]))
+    if ultra:
+        doc["transfer_gb200_to_gb300_overall"] = stats(np.concatenate([r["errors"] for r in ultra]))
     if a.json:
         json.dump(doc, sys.stdout, indent=2, default=float)
         print()
@@ -180,17 +185,22 @@ def _render(doc, worst_band) -> None:
                   f"{r['model']['p90']:.1%}", f"{r['naive']['median']:.1%}")
     c.print(b)
     f = Table(title="By op family (all devices)")
-    for col in ("family", "rows", "median", "p90", "naive median", "transfer H100→H200 median"):
+    for col in ("family", "rows", "median", "p90", "naive median", "transfer H100→H200 median",
+                "transfer GB200→GB300 median"):
         f.add_column(col)
     for fam, s in doc["families"].items():
-        tr = doc["transfer_h100_to_h200"].get(fam, {})
+        tr, tu = doc["transfer_h100_to_h200"].get(fam, {}), doc["transfer_gb200_to_gb300"].get(fam, {})
         f.add_row(fam, f"{s['rows']:,}", f"{s['median']:.1%}", f"{s['p90']:.1%}",
-                  f"{doc['families_naive'][fam]['median']:.1%}", f"{tr['median']:.1%}" if tr else "—")
+                  f"{doc['families_naive'][fam]['median']:.1%}", f"{tr['median']:.1%}" if tr else "—",
+                  f"{tu['median']:.1%}" if tu else "—")
     c.print(f)
     c.print(f"worst size band median (bands of at least {MIN_BAND} kernels): {worst_band:.1%}")
     if "transfer_overall" in doc:
         c.print(f"transfer H100 → H200, all kernels: median {doc['transfer_overall']['median']:.1%}, "
                 f"p90 {doc['transfer_overall']['p90']:.1%}")
+    if "transfer_gb200_to_gb300_overall" in doc:
+        u = doc["transfer_gb200_to_gb300_overall"]
+        c.print(f"transfer GB200 → GB300, all kernels: median {u['median']:.1%}, p90 {u['p90']:.1%}")
     for k, v in doc["targets"].items():
         c.print(f"target {k}: {'met' if v else 'NOT met' if v is not None else 'not measured'}")
     c.print(f"{doc['seconds']:.0f} s")

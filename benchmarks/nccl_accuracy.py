@@ -18,7 +18,12 @@ Anchor: ASTRA-sim's analytical backend is 9.7–20.6 % off real NCCL all-reduce 
 (geomean error for 8, 4 and 2 GPUs, NCCL forced to Ring; ASTRA-sim documentation, "Validation on
 GPU Systems - NCCL over HGX-H100 Systems"). Target: median ≤ 10 %.
 
-Run: ``make bench`` (or ``.venv/bin/python benchmarks/nccl_accuracy.py [--database DIR]``).
+``--device gb300`` measures the same way the GB300 rows (2 and 4 GPUs of one NVL72 compute
+tray) on ``gb300-nvl72``, whose NVLink calibration was fitted on the GB200 rows only (held out as
+H200's are); ``--device gb200`` and ``--device b300-sxm`` price the rows their own topologies were
+fitted on (in sample).
+
+Run: ``make bench`` (or ``.venv/bin/python benchmarks/nccl_accuracy.py [--device D] [--database DIR]``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ from perfcast.perf.profiling import find_database, load_database
 
 TARGET_MEDIAN = 0.10
 TOPOLOGY = "hgx-h200"
+#: device → (topology, what its calibration was fitted on relative to the device's rows)
+DEVICES = {"h200-sxm": ("hgx-h200", "nvlink tier fitted on H100 rows only; H200 rows held out"),
+           "gb300": ("gb300-nvl72", "nvlink tier fitted on GB200 rows only; GB300 rows held out"),
+           "gb200": ("gb200-nvl72", "nvlink tier fitted on these GB200 rows (in sample)"),
+           "b300-sxm": ("hgx-b300", "nvlink tier fitted on these B300 rows (in sample)")}
 OPS = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter"}
 EXTRA = {"all_to_all": "AllToAll"}
 BANDS = (("< 64 KiB", 0, 64 << 10), ("64 KiB–8 MiB", 64 << 10, 8 << 20), ("≥ 8 MiB", 8 << 20, 1 << 62))
@@ -44,11 +54,11 @@ def datasheet(topo: Topology) -> Topology:
     return replace(topo, tiers=tuple(replace(t, calibration=()) for t in topo.tiers))
 
 
-def errors(database: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+def errors(database: str | None = None, device: str = "h200-sxm") -> dict[str, dict[str, np.ndarray]]:
     """op → {'bytes', 'devices', 'calibrated', 'datasheet'} (signed relative errors) and
     'chosen' (the calibrated model's option per row)."""
-    tables = load_database(find_database("h200-sxm", database)).tables
-    cal = get_topology(TOPOLOGY)
+    tables = load_database(find_database(device, database)).tables
+    cal = get_topology(DEVICES[device][0])
     raw = datasheet(cal)
     out = {}
     for op, name in {**OPS, **EXTRA}.items():
@@ -70,10 +80,10 @@ def stats(e: np.ndarray) -> tuple[float, float]:
     return float(np.median(a)), float(np.percentile(a, 90))
 
 
-def summary(database: str | None = None) -> list[tuple[str, str, int, float, float, float, float]]:
+def summary(database: str | None = None, device: str = "h200-sxm") -> list[tuple[str, str, int, float, float, float, float]]:
     """(op, band, rows, calibrated median, p90, datasheet median, p90) per op and band, then
     each op over all bands, then 'overall' (all-reduce, all-gather, reduce-scatter)."""
-    return _summary(errors(database))
+    return _summary(errors(database, device))
 
 
 def _summary(errs) -> list[tuple[str, str, int, float, float, float, float]]:
@@ -93,17 +103,19 @@ def _summary(errs) -> list[tuple[str, str, int, float, float, float, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--database", help="a database directory (default: shipped h200-sxm)")
+    ap.add_argument("--device", choices=sorted(DEVICES), default="h200-sxm",
+                    help="whose shipped NCCL rows, on its topology (default h200-sxm on hgx-h200)")
+    ap.add_argument("--database", help="a database directory (default: the device's shipped one)")
     args = ap.parse_args()
-    src = find_database("h200-sxm", args.database)
-    print(f"analytic ({TOPOLOGY}) vs measured NCCL rows of {src} (communication tables)")
-    print("calibration: nvlink tier fitted on H100 rows only (tools/calibrate_collectives.py); "
-          "H200 rows held out")
+    src = find_database(args.device, args.database)
+    topology, fitted = DEVICES[args.device]
+    print(f"analytic ({topology}) vs measured NCCL rows of {src} (communication tables)")
+    print(f"calibration: {fitted} (tools/calibrate_collectives.py)")
     print(f"  {'op':15s} {'size band':14s} {'rows':>4s}   {'calibrated':>17s}   {'datasheet':>17s}   "
           f"{'ratio':>6s}")
     print(f"  {'':15s} {'':14s} {'':>4s}   {'median':>8s} {'p90':>8s}   {'median':>8s} {'p90':>8s}   "
           f"{'of med.':>6s}")
-    errs = errors(args.database)
+    errs = errors(args.database, args.device)
     last = None
     for op, band, n, cm, cp, dm, dp in _summary(errs):
         if last is not None and op != last:

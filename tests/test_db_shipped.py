@@ -27,6 +27,9 @@ SHIPPED = shipped_root()
 VERSIONS = {"h100-sxm": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
             "h200-sxm": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
             "b200-sxm": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
+            "b300-sxm": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
+            "gb200": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
+            "gb300": {"trtllm": "1.3.0rc20", "vllm": "0.24.0", "sglang": "0.5.14"},
             "a100-sxm-80gb": {"trtllm": "1.0.0", "vllm": "0.14.0", "sglang": "0.5.10"}}
 SYSTEMS = {"h200-sxm": "h200_sxm", "b200-sxm": "b200_sxm", "a100-sxm-80gb": "a100_sxm"}
 
@@ -127,16 +130,19 @@ def test_shipped_databases_are_the_documented_ones():
 
 
 def test_every_shipped_database_checks_clean():
-    """101 kernel tables in 12 databases and 16 NCCL tables: the sizes docs/design/profiling.md
-    states."""
+    """183 kernel tables in 21 databases and 28 NCCL tables: the sizes docs/design/profiling.md
+    states (B300, GB200, GB300 add 27 + 28 + 27 kernel tables — GB200 also has TensorRT-LLM's
+    min-latency MoE table — and 4 NCCL tables each)."""
     report = inspect(SHIPPED)
     assert report.problems == []
-    assert (report.tables, report.rows) == (117, 3_137_229)
+    assert (report.tables, report.rows) == (211, 6_506_533)
     assert {p.parts[-3]: p.name for p in SHIPPED.glob("*/nccl/*")} == {
-        "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3"}
+        "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3",
+        "b300-sxm": "2.29.2", "gb200": "2.29.2", "gb300": "2.29.2"}
     biggest = max((sum(_table_rows(d.path)), d.path.relative_to(SHIPPED).as_posix()) for d in databases())
-    assert biggest == (453_448, "b200-sxm/trtllm/1.3.0rc20")
-    assert sum(_table_rows(SHIPPED / "b200-sxm" / "nccl" / "2.29.2")) == 504  # loaded with it: 453,952
+    assert biggest == (454_318, "gb200/trtllm/1.3.0rc20")
+    assert sum(_table_rows(SHIPPED / "b200-sxm" / "nccl" / "2.29.2")) == 504
+    assert sum(_table_rows(SHIPPED / "gb200" / "nccl" / "2.29.2")) == 336  # 2 and 4 GPUs of one tray: 454,654
 
 
 def _table_rows(root: Path):
@@ -168,7 +174,7 @@ def test_find_database_selection():
      "no tgi profiling database for h200-sxm shipped with perfcast (have: trtllm 1.3.0rc20, vllm 0.24.0, sglang 0.5.14)"),
     (dict(device="h200-sxm", framework="vllm", version="0.19.0"),
      "no vllm 0.19.0 profiling database for h200-sxm shipped with perfcast (have: vllm 0.24.0)"),
-    (dict(device="mi300x"), "databases exist for: a100-sxm-80gb, b200-sxm, h100-sxm, h200-sxm"),
+    (dict(device="mi300x"), "databases exist for: a100-sxm-80gb, b200-sxm, b300-sxm, gb200, gb300, h100-sxm, h200-sxm"),
     (dict(device="h100-sxm", path=SHIPPED / "h100-sxm" / "vllm" / "0.24.0", framework="trtllm"),
      "op_mapping.yaml: a vllm 0.24.0 database, not trtllm"),
 ])

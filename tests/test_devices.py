@@ -10,7 +10,7 @@ from perfcast.hardware import SpecError, device_names, get_device, load_device_f
 from perfcast.ir.errors import UserError
 
 REQUIRED = ["h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb", "mi300x", "tpu-v5e", "tpu-v5p",
-            "ascend-910b", "ascend-910c-die"]
+            "ascend-910b", "ascend-910c-die", "gb200", "b300-sxm", "gb300", "mi325x", "mi355x"]
 
 
 def test_catalog_has_the_required_devices():
@@ -42,6 +42,11 @@ FLOP_PER_CLOCK = {
     "a100-sxm-80gb": 108 * 4 * 512,    # 108 SMs x 4 tensor cores x 256 FMA x 2 = 221,184
     "b200-sxm": 148 * 8192,            # 148 SMs x 8192 (twice Hopper's per SM) = 1,212,416
     "mi300x": 304 * 2048,              # 304 CUs x 2048 = 622,592
+    "gb200": 148 * 8192,               # B200's GPU at 1,200 W: same SMs, 2.5e15 / 1,212,416 = 2.062 GHz
+    "b300-sxm": 148 * 8192,            # Blackwell Ultra: same dense BF16 rate per SM (estimate: 148 SMs)
+    "gb300": 148 * 8192,
+    "mi325x": 304 * 2048,              # MI300X's CDNA 3 compute dies
+    "mi355x": 256 * 4096,              # 256 CDNA 4 CUs x 4096 (twice CDNA 3 per CU) = 1,048,576
     "tpu-v5e": 4 * 128 * 128 * 2,      # 4 MXUs of 128x128 = 131,072
     "tpu-v5p": 2 * 4 * 128 * 128 * 2,  # 2 TensorCores x 4 MXUs = 262,144
     "ascend-910b": 24 * 16**3 * 2,     # 24 cube cores x 16x16x16 MAC = 196,608

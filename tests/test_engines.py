@@ -122,7 +122,8 @@ def test_every_device_declares_a_default_engine_it_can_run():
 
     want = {"h100-sxm": "trtllm", "h200-sxm": "trtllm", "b200-sxm": "trtllm", "a100-sxm-80gb": "trtllm",
             "mi300x": "vllm", "tpu-v5e": "xla", "tpu-v5p": "xla", "ascend-910b": "vllm-ascend",
-            "ascend-910c-die": "vllm-ascend", "cpu-local": "eager"}
+            "ascend-910c-die": "vllm-ascend", "cpu-local": "eager", "gb200": "trtllm", "b300-sxm": "trtllm",
+            "gb300": "trtllm", "mi325x": "vllm", "mi355x": "vllm"}
     for name in device_names():
         d = get_device(name)
         assert d.spec.default_engine is not None and d.spec.default_engine.reason, name

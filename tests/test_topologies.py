@@ -16,6 +16,11 @@ from perfcast.perf.collectives import topology_cost
 # name: (device, devices in the file, [(tier, kind, shape, links per device)] innermost first)
 SHIPPED = {
     "hgx-b200": ("b200-sxm", 128, [("nvlink", "switch", (8,), 18), ("infiniband", "switch", (16,), 1)]),
+    "hgx-b300": ("b300-sxm", 128, [("nvlink", "switch", (8,), 18), ("infiniband", "switch", (16,), 1)]),
+    "gb200-nvl72": ("gb200", 576, [("nvlink", "switch", (72,), 18), ("infiniband", "switch", (8,), 1)]),
+    "gb300-nvl72": ("gb300", 576, [("nvlink", "switch", (72,), 18), ("infiniband", "switch", (8,), 1)]),
+    "mi325x-platform": ("mi325x", 128, [("infinity_fabric", "full_mesh", (8,), 7), ("roce", "switch", (16,), 1)]),
+    "mi355x-platform": ("mi355x", 128, [("infinity_fabric", "full_mesh", (8,), 7), ("roce", "switch", (16,), 1)]),
     "tpu-v5e-16x16": ("tpu-v5e", 256, [("ici", "torus", (16, 16), 4), ("dcn", "switch", (1,), 1)]),
     "tpu-v5e-4x4": ("tpu-v5e", 16, [("ici", "torus", (4, 4), 4), ("dcn", "switch", (1,), 1)]),
     "tpu-v5p-4x4x4": ("tpu-v5p", 64, [("ici", "torus", (4, 4, 4), 6), ("dcn", "switch", (1,), 1)]),
@@ -91,6 +96,10 @@ def test_switch_links_are_its_ports():
     ("hgx-b200", 16, 1, [("nvlink", 8), ("infiniband", 2)]),  # 16 = 8 on nvlink × 2 on infiniband
     ("hgx-b200", 4, 8, [("infiniband", 4)]),  # one GPU per node: stride 8 skips the nvlink tier
     ("hgx-b200", 32, 4, [("nvlink", 2), ("infiniband", 16)]),
+    ("gb200-nvl72", 72, 1, [("nvlink", 72)]),  # a whole rack is one NVLink domain
+    ("gb200-nvl72", 2, 16, [("nvlink", 2)]),  # the dp pair of a tp16 x dp2 layout: 0 and 16, one rack
+    ("gb200-nvl72", 144, 1, [("nvlink", 72), ("infiniband", 2)]),  # two racks
+    ("hgx-b300", 16, 1, [("nvlink", 8), ("infiniband", 2)]),
     ("ascend-910b-8", 16, 1, [("hccs", 8), ("roce", 2)]),
     ("ascend-910c-supernode", 2, 1, [("sio", 2)]),
     ("ascend-910c-supernode", 16, 1, [("sio", 2), ("ub", 8)]),  # one node: 8 NPUs = 16 dies
@@ -114,7 +123,8 @@ def test_outermost_tier_grows_on_demand():
 
 @pytest.mark.parametrize("name, group, stride, match", [
     ("hgx-b200", 129, 1, "does not fit"),
-    ("hgx-b200", 2, 3, "stride of 3 devices does not line up"),
+    ("hgx-b200", 2, 12, "stride of 12 devices does not line up"),  # 0 and 12: node 0 and half of node 1
+    ("gb200-nvl72", 2, 48, "stride of 48 devices does not line up"),  # 0..47 and 48..95 straddle two racks
     ("hgx-b200", 12, 1, "group of 12 devices does not line up"),
 ])
 def test_misaligned_groups_are_errors(name, group, stride, match):

@@ -127,10 +127,14 @@ def test_quantized_checkpoints_are_priced_as_they_say(llama):
     assert c.quantize == "none"
 
 
+@pytest.mark.parametrize("system, device", [("gb200", "gb200"), ("b300_sxm", "b300-sxm"), ("gb300", "gb300")])
+def test_blackwell_systems_map_to_their_devices(llama, system, device):
+    c = silicon.map_row({**llama, "system": system, "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"})
+    assert c.predictable and (c.device, c.quantize) == (device, "fp4")
+
+
 @pytest.mark.parametrize("changes, reason", [
-    ({"system": "gb200"}, "unknown device gb200"),
-    ({"system": "b300_sxm"}, "unknown device b300_sxm"),
-    ({"system": "gb300"}, "unknown device gb300"),
+    ({"system": "l40s"}, "unknown device l40s"),
     ({"model_path": "MiniMaxAI/MiniMax-M2.5"}, "unsupported architecture minimax_m2"),
     ({"model_path": "Qwen/Qwen3.5-397B-A17B"}, "unsupported architecture qwen3_5_moe"),
     ({"model_path": "moonshotai/Kimi-K2.5"}, "unsupported architecture kimi_k25"),
@@ -260,12 +264,12 @@ def test_stratified_sample_is_seeded_and_capped(llama):
 def test_summary_counts_coverage_errors_and_the_split(llama):
     small = _case(llama, "s", batch_size="8", concurrency="8")
     big = _case(llama, "b", batch_size="64", concurrency="64")
-    refused = _case(llama, "r", system="gb200")
+    refused = _case(llama, "r", system="l40s")
     preds = {"analytic": [Prediction(small, "analytic", {"decode-step": small.tpot_ms * 1.5, "steady-state": small.tpot_ms * 2}),
                           Prediction(big, "analytic", {"decode-step": big.tpot_ms * 0.9, "steady-state": big.tpot_ms})]}
     pop = Population("p", frozenset({"s", "b", "r"}), key="p")
     out = summarize(pop, [small, big, refused], preds, split=True)
-    assert (out["rows"], out["mappable"], out["refused"]) == (3, 2, {"unknown device gb200": 1})
+    assert (out["rows"], out["mappable"], out["refused"]) == (3, 2, {"unknown device l40s": 1})
     m = out["models"]["analytic"]
     assert m["predicted"] == 2
     assert m["decode-step"]["median_abs"] == pytest.approx((0.5 + 0.1) / 2)
@@ -273,8 +277,8 @@ def test_summary_counts_coverage_errors_and_the_split(llama):
     assert m["decode-step concurrency<=16"] == {"n": 1, "median_abs": pytest.approx(0.5), "p90_abs": pytest.approx(0.5),
                                                 "signed_median": pytest.approx(0.5)}
     assert m["steady-state concurrency>16"]["median_abs"] == pytest.approx(0.0)
-    assert [p.name for p in by_key([small, big, refused])] == ["gb200 / llama-3.1-8b / trtllm / agg",
-                                                               "h100_sxm / llama-3.1-8b / trtllm / agg"]
+    assert [p.name for p in by_key([small, big, refused])] == ["h100_sxm / llama-3.1-8b / trtllm / agg",
+                                                               "l40s / llama-3.1-8b / trtllm / agg"]
 
 
 def test_selection_filters_and_their_errors(frame):
@@ -378,7 +382,7 @@ def test_closed_form_equals_simulate(layout):
 
 
 def test_price_groups_decode_and_prefill_and_what_they_cannot_price(llama):
-    cases = [_case(llama, "a"), _case(llama, "b", batch_size="16"), _case(llama, "g", system="gb200")]
+    cases = [_case(llama, "a"), _case(llama, "b", batch_size="16"), _case(llama, "g", system="l40s")]
     prices = price(cases, ("analytic", "profiling"))
     decode = prices.of(cases[0], True)
     assert decode["analytic"].how == "closed form" and decode["analytic"].seconds > 0
@@ -467,5 +471,5 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
                 continue
             assert r[f"{m} decode-step tpot_ms"] > 0 and r[f"{m} steady-state tpot_ms"] >= r[f"{m} decode-step tpot_ms"]
         assert r["command"].startswith("perfcast text-generate ") and r["engine"] in ("trtllm", "vllm", "sglang")
-    assert all(r["refused"] for r in records if not r["command"] or r["system"] == "gb200")
+    assert all(r["refused"] for r in records if not r["command"])
     assert doc["points"]["closed-form points"] > 0 and doc["timings_s"]["price"] > 0

@@ -1,5 +1,7 @@
 """Fit the NVLink tier's per-collective calibration of the HGX H100/H200 topologies on measured
-NCCL runs (H100 rows only; the H200 rows are held out for ``benchmarks/nccl_accuracy.py``).
+NCCL runs (H100 rows only; the H200 rows are held out for ``benchmarks/nccl_accuracy.py``); with
+``--system b300_sxm`` of HGX B300 on the B300 rows, with ``--system gb200`` of the GB200 and GB300
+NVL72 racks on the GB200 rows (the GB300 rows held out), in the same way.
 
 Data source (data only, no code reused): ``aiconfigurator-core==0.12.0`` (NVIDIA, Apache-2.0),
 ``aiconfigurator_core/systems/data/h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet``: nccl-tests
@@ -34,6 +36,15 @@ is ``ll``, and a protocol that no row chooses after rounding is dropped and the 
 The same values go into ``hgx-h200.yaml``: H200 keeps H100's NVLink4 links (18 × 25 GB/s per
 direction) and third-generation NVSwitch chips.
 
+The Blackwell systems (``--system``): ``b300_sxm`` — nccl-tests on one HGX B300 node, 2, 4 and 8
+GPUs, into ``hgx-b300.yaml``; ``gb200`` — nccl-tests on one GB200 NVL72 compute tray, 2 and 4
+GPUs, whose NVLink traffic goes through the rack's NVLink switch trays as any pair of the 72
+does, into ``gb200-nvl72.yaml`` and unchanged into ``gb300-nvl72.yaml`` (GB300 keeps GB200's
+fifth-generation NVLink, 18 × 50 GB/s per direction, and switch trays; the GB300 rows are held
+out). The fit extrapolates from 4 GPUs to a rack of 72 through the model's ring forms (per-step
+latency × N−1, bandwidth × (N−1)/N); no measurement of more than 4 NVL72 GPUs is public in
+aiconfigurator-core 0.12.0.
+
 Usage::
 
     python3.11 -m venv /tmp/aic && /tmp/aic/bin/pip install aiconfigurator-core==0.12.0
@@ -61,15 +72,31 @@ from perfcast.hardware.topology import Calibration, Topology, load_topology_file
 from perfcast.perf.collectives import span_costs, topology_cost
 
 PIN = "aiconfigurator-core==0.12.0"
-SYSTEM, NCCL = "h100_sxm", "2.29.2"
-REL = f"systems/data/{SYSTEM}/comm/nccl/{NCCL}/nccl_perf.parquet"
+NCCL = "2.29.2"
 TIER = "nvlink"
 #: aiconfigurator op_name → perfcast collective
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
        "alltoall": "all_to_all"}
 ITEMSIZE = {"half": 2, "int8": 1}
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "src/perfcast/hardware/topologies"
-TARGETS = ("hgx-h100", "hgx-h200")
+#: system → (topology fitted on, topologies written, where the rows were measured, GPU counts,
+#: label of the fitted device, held-out note per target written without rows of its own)
+SYSTEMS = {
+    "h100_sxm": ("hgx-h100", ("hgx-h100", "hgx-h200"), "one HGX H100 node", "2/4/8", "H100",
+                 {"hgx-h200": "H100 fit applied unchanged: HGX H200 keeps H100's NVLink4 (18 links x 25 GB/s per "
+                              "direction) and third-generation NVSwitch chips; H200 rows held out "
+                              "(benchmarks/nccl_accuracy.py); "}),
+    "b300_sxm": ("hgx-b300", ("hgx-b300",), "one HGX B300 node", "2/4/8", "B300", {}),
+    "gb200": ("gb200-nvl72", ("gb200-nvl72", "gb300-nvl72"),
+              "one GB200 NVL72 compute tray, through the rack's NVLink switch trays", "2/4", "GB200",
+              {"gb300-nvl72": "GB200 fit applied unchanged: GB300 NVL72 keeps GB200's fifth-generation NVLink "
+                              "(18 links x 50 GB/s per direction) and NVLink switch trays; GB300 rows held out "
+                              "(benchmarks/nccl_accuracy.py --device gb300); "}),
+}
+
+
+def rel(system: str) -> str:
+    return f"systems/data/{system}/comm/nccl/{NCCL}/nccl_perf.parquet"
 PROTOCOLS = ("ll", "simple")  # low-latency first
 #: the fitted fields of a protocol, as written in the YAML; the efficiency enters as w = 1/efficiency
 FIELDS = ("bandwidth_efficiency", "latency_s", "base_latency_s")
@@ -252,11 +279,10 @@ def _num(v: float) -> str:
     return "0" if v == 0 else f"{v:.3g}".replace("e-0", "e-")
 
 
-def source_text(op, rows, algos, formulas, err, version, target, links_bw: str, protocols, held) -> str:
-    held_out = ("" if target == "hgx-h100" else
-                "H100 fit applied unchanged: HGX H200 keeps H100's NVLink4 (18 links x 25 GB/s per "
-                "direction) and third-generation NVSwitch chips; H200 rows held out "
-                "(benchmarks/nccl_accuracy.py); ")
+def source_text(op, rows, algos, formulas, err, version, target, links_bw: str, protocols, held,
+                system: str = "h100_sxm") -> str:
+    _, _, where, gpus, label, notes = SYSTEMS[system]
+    held_out = notes.get(target, "")
     forms = "; ".join(f"{a}: {f}" for a, f in sorted({(a.split("/")[0], f) for a, f in zip(algos, formulas)}))
     share = ", ".join(f"{a} {algos.count(a)}" for a in sorted(set(algos)))
     per = (f"one option per protocol ({', '.join(protocols)}), the cheapest taken per row; "
@@ -265,16 +291,17 @@ def source_text(op, rows, algos, formulas, err, version, target, links_bw: str, 
             f"separable from α₀)" if held else "")
     a = np.abs(err)
     return (f"{held_out}fitted by tools/calibrate_collectives.py on aiconfigurator-core {version} "
-            f"{REL} (Apache-2.0; NCCL {NCCL} nccl-tests on one HGX H100 node, default algorithm "
+            f"{rel(system)} (Apache-2.0; NCCL {NCCL} nccl-tests on {where}, default algorithm "
             f"and protocol selection, out-of-place time): op_name {[k for k, v in OPS.items() if v == op][0]}, "
-            f"{len(rows)} rows (2/4/8 GPUs, half and int8, 512 B-512 MiB; V = message_size x dtype "
+            f"{len(rows)} rows ({gpus} GPUs, half and int8, 512 B-512 MiB; V = message_size x dtype "
             f"size); least squares on relative error of the model's own forms ({per}{forms}; "
             f"L·B = {links_bw} times the efficiency, α the per-step and α₀ the per-call latency), "
-            f"efficiency <= 1, latencies >= 0{note}; rows by option: {share}; H100 |error| median "
+            f"efficiency <= 1, latencies >= 0{note}; rows by option: {share}; {label} |error| median "
             f"{100 * np.median(a):.1f} %, p90 {100 * np.percentile(a, 90):.1f} %")
 
 
-def render(fitted: dict, version: str, rowsets, target: str, links_bw: str) -> tuple[list[str], dict[str, str]]:
+def render(fitted: dict, version: str, rowsets, target: str, links_bw: str,
+           system: str = "h100_sxm") -> tuple[list[str], dict[str, str]]:
     block = ["    calibration:"]
     sources = {}
     for op, (values, protocols, algos, formulas, err, held) in fitted.items():
@@ -286,7 +313,7 @@ def render(fitted: dict, version: str, rowsets, target: str, links_bw: str) -> t
             block += [f"      {op}:", "        protocols:"]
             block += [f"          {p}: {{{body(p)}}}" for p in protocols]
         sources[f"{TIER}.{op}"] = source_text(op, rowsets[op], algos, formulas, err, version, target,
-                                              links_bw, protocols, held)
+                                              links_bw, protocols, held, system)
     return block, sources
 
 
@@ -364,24 +391,28 @@ def main() -> int:
     ap.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), metavar="NAME",
                     help="protocol options to fit, low-latency first (default: ll simple; one name: "
                          "a single calibration)")
-    ap.add_argument("--write", action="store_true", help="rewrite hgx-h100.yaml and hgx-h200.yaml")
+    ap.add_argument("--system", choices=sorted(SYSTEMS), default="h100_sxm",
+                    help="the NCCL table fitted on (default h100_sxm: writes hgx-h100 and hgx-h200; b300_sxm: "
+                         "hgx-b300; gb200: gb200-nvl72 and gb300-nvl72)")
+    ap.add_argument("--write", action="store_true", help="rewrite the system's topology files")
     args = ap.parse_args()
     protocols = tuple(args.protocols) if len(args.protocols) > 1 else (None,)
     root = aic_root(args.aic_root)
-    path = root / REL if root is not None else None
+    base_name, targets, _, _, label, _ = SYSTEMS[args.system]
+    path = root / rel(args.system) if root is not None else None
     if path is None or not path.exists():
         where = f"{path} is missing" if path is not None else "aiconfigurator_core is not importable"
-        print(f"calibrate_collectives: needs the H100 NCCL table of {PIN} ({where}).\n"
+        print(f"calibrate_collectives: needs the {label} NCCL table of {PIN} ({where}).\n"
               f"  python3.11 -m venv /tmp/aic && /tmp/aic/bin/pip install {PIN}\n"
               f"  then pass --aic-root /tmp/aic/lib/python3.11/site-packages/aiconfigurator_core",
               file=sys.stderr)
         return 2
     version = package_version(root)
     rowsets = read_rows(path)
-    base = load_topology_file(TOPOLOGIES / "hgx-h100.yaml")
+    base = load_topology_file(TOPOLOGIES / f"{base_name}.yaml")
     base = replace(base, tiers=tuple(replace(t, calibration=()) if t.name == TIER else t for t in base.tiers))
     tier = next(t for t in base.tiers if t.name == TIER)
-    print(f"fit on {version} {REL}: {TIER} tier of hgx-h100, L = {tier.links_per_device} links x "
+    print(f"fit on {version} {rel(args.system)}: {TIER} tier of {base_name}, L = {tier.links_per_device} links x "
           f"B = {float(tier.link_bandwidth_bytes_per_s):.3g} B/s, datasheet α = {float(tier.link_latency_s):.3g} s")
     fitted = {}
     for op, rows in rowsets.items():
@@ -392,13 +423,13 @@ def main() -> int:
         raw = np.abs(errors(base, op, rows))
         a = np.abs(err)
         share = ", ".join(f"{x} {algos.count(x)}" for x in sorted(set(algos)))
-        print(f"  {op:15s} {len(rows):4d} rows  H100 |error| median {100 * np.median(a):5.1f} %, "
+        print(f"  {op:15s} {len(rows):4d} rows  {label} |error| median {100 * np.median(a):5.1f} %, "
               f"p90 {100 * np.percentile(a, 90):5.1f} %, max {100 * a.max():5.1f} % "
               f"(datasheet median {100 * np.median(raw):.1f} %); chosen: {share}")
         print(f"  {'':15s} {describe((values, kept))}")
-    for target in TARGETS:
+    for target in targets:
         links_bw = f"{tier.links_per_device} x {float(tier.link_bandwidth_bytes_per_s):.3g} B/s"
-        block, sources = render(fitted, version, rowsets, target, links_bw)
+        block, sources = render(fitted, version, rowsets, target, links_bw, args.system)
         file = TOPOLOGIES / f"{target}.yaml"
         if not args.write:
             print(f"\n# {file.name}: in tier {TIER}\n" + "\n".join(block) + "\n# calibration_sources:")

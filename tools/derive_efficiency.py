@@ -58,6 +58,9 @@ SYSTEMS = {
     "h200-sxm": "h200_sxm",
     "b200-sxm": "b200_sxm",
     "a100-sxm-80gb": "a100_sxm",
+    "gb200": "gb200",
+    "b300-sxm": "b300_sxm",
+    "gb300": "gb300",
 }
 DEVICE_DIR = Path(__file__).resolve().parent.parent / "src/perfcast/hardware/devices"
 

@@ -172,6 +172,12 @@ class Topology:
                                     f"with tier {tier.name} of {tier.size}")
                 r //= tier.size
                 continue
+            if tier.kind == "switch" and g * r <= tier.size:
+                # Every pair of a switch's devices is one hop apart: a group that fits in one
+                # switch (a TP×DP layout of 16-wide groups in a 72-GPU NVLink rack) needs no
+                # alignment; its stride only has to keep it inside.
+                out.append((tier, g))
+                break
             if tier.size % r:
                 raise UserError(f"topology {self.name}: a stride of {stride} devices does not line up "
                                 f"with tier {tier.name} of {tier.size}")
