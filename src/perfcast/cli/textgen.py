@@ -169,7 +169,9 @@ def run(args) -> int:
 
                 chrome_trace(next(iter(slow.values())), args.chrome_trace, req.model.name)
             else:
-                report.chrome_trace(result, args.chrome_trace)
+                from perfcast.report.trace import chrome_trace
+
+                chrome_trace(result, args.chrome_trace)
         except OSError as e:
             raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
     if args.export_empirical_metrics:

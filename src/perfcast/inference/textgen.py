@@ -266,7 +266,7 @@ def simulate(req: Request) -> Result:
         + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) + _pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
                   {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch,
-                  tuple(sorted(applied.used)), quant.as_dict(groups))
+                  tuple(sorted(applied.used)), quantization=quant.as_dict(groups))
 
 
 def _pipeline(lowered: list[Lowered], name: str) -> Lowered:

@@ -1,8 +1,8 @@
-"""Reports of a text-generation step: JSON document, terminal tables, Chrome trace."""
+"""Reports of a text-generation step: JSON document, terminal tables (its Chrome trace:
+:mod:`perfcast.report.trace`)."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 from rich.console import Console
@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Graph, Leaf, Loop
+from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Leaf
 from perfcast.report.format import percent, seconds, si
 from perfcast.report.kernel import hidden, print_overlap
 from perfcast.rollup import OverlapRollup
@@ -52,7 +52,7 @@ def _tokens_per_s(result, name: str, ov: dict | None) -> float:
     return result.request.tokens / t / result.request.devices if t else float("inf")
 
 
-def _op_name(leaf: Leaf) -> str:
+def op_name(leaf: Leaf) -> str:
     op = str(leaf.attr("op") or leaf.kind)
     return op.removesuffix(".default")
 
@@ -63,7 +63,7 @@ def op_table(result) -> list[dict]:
     for name, r in result.rollups.items():
         ev = result.evaluations[name]
         for lt, row in zip(r.leaves, ev.leaves.values()):
-            key = _op_name(lt.leaf)
+            key = op_name(lt.leaf)
             entry = rows.setdefault(key, {"name": key, "calls": 0, "time_s": defaultdict(float),
                                           "flops": 0.0, "bytes_hbm": 0.0, "_bounds": defaultdict(float)})
             entry["time_s"][name] += row["time_s"]
@@ -86,12 +86,12 @@ def _fuses(leaf: Leaf) -> str:
     """What an engine kernel covers of the captured step: the ops (or GEMMs) it merges."""
     members = leaf.attr("members") or ()
     if not members:
-        return _op_name(leaf)
+        return op_name(leaf)
     if leaf.kind == "matmul":
         return "+".join(str(m.attr("module")).rsplit(".", 1)[-1] for m in members) + " GEMMs"
     ops = list(dict.fromkeys(str(m.attr("op") or m.kind).split(".")[1 if "." in str(m.attr("op") or "") else 0]
                              for m in members))
-    head = f"{_op_name(leaf)} + " if leaf.attr("absorbed") else ""
+    head = f"{op_name(leaf)} + " if leaf.attr("absorbed") else ""
     return f"{head}{'+'.join(ops)} ({len(members)} ops)"
 
 
@@ -108,7 +108,7 @@ def kernel_table(result) -> list[dict]:
             loop = next((p for p in lt.path[1:] if "×" in p or p.startswith("layer")), None)
             seen_layer = seen_layer or loop is not None
             segment = loop or ("epilogue" if seen_layer else "prologue")
-            key = (segment, str(lt.leaf.attr("kernel") or _op_name(lt.leaf)))
+            key = (segment, str(lt.leaf.attr("kernel") or op_name(lt.leaf)))
             e = rows.setdefault(key, {"segment": segment, "kernel": key[1],
                                       "class": lt.leaf.attr("kernel_class") or lt.leaf.kind,
                                       "fuses": _fuses(lt.leaf), "per_layer": 0, "calls": 0,
@@ -136,7 +136,7 @@ def kernel_sequence(result) -> dict[str, list[str]]:
         loop = next((p for p in lt.path[1:] if "×" in p or p.startswith("layer")), None)
         seen_layer = seen_layer or loop is not None
         n = int(lt.leaf.attr("launches") or 1)
-        name = str(lt.leaf.attr("kernel") or _op_name(lt.leaf)) + (f"×{n}" if n > 1 else "")
+        name = str(lt.leaf.attr("kernel") or op_name(lt.leaf)) + (f"×{n}" if n > 1 else "")
         out.setdefault(loop or ("epilogue" if seen_layer else "prologue"), []).append(name)
     return out
 
@@ -368,34 +368,3 @@ def _print_kernels(console: Console, eng: dict, names: list[str], top: int) -> N
         kt.add_row(escape(row["segment"]), escape(row["kernel"]), escape(row["fuses"]), f"{row['calls']:,}",
                    *(seconds(row["time_s"][n]) for n in names), percent(row["share"]))
     console.print(kt)
-
-
-def chrome_trace(result, path: str) -> None:
-    """Trace Event Format (Perfetto/chrome://tracing): one complete event per kernel, loops
-    unrolled, in capture order, on one track per performance model."""
-    events, pid = [], 1
-    for tid, (name, r) in enumerate(result.rollups.items(), start=1):
-        times = {id(lt.leaf): (row["time_s"] + row.get("launch_s", 0.0)) / float(lt.trips)
-                 for lt, row in zip(r.leaves, result.evaluations[name].leaves.values())}
-        clock = [0.0]
-
-        def emit(op, layer: str | None):
-            if isinstance(op, Leaf):
-                dur = times[id(op)] * 1e6
-                events.append({"name": str(op.attr("kernel") or _op_name(op)), "cat": op.kind, "ph": "X",
-                               "ts": clock[0], "dur": dur, "pid": pid, "tid": tid,
-                               "args": {"module": op.attr("module"), "layer": layer, "op": _op_name(op)}})
-                clock[0] += dur
-            elif isinstance(op, Loop):
-                for i in range(int(op.n_iter)):
-                    for child in op.body.ops:
-                        emit(child, f"{op.name}[{i}]")
-            elif isinstance(op, Graph):
-                for child in op.ops:
-                    emit(child, layer)
-
-        emit(r.op, None)
-        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                       "args": {"name": f"{result.request.device.name} ({name})"}})
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
