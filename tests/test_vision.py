@@ -249,3 +249,14 @@ def test_flag_errors(cli, args, message):
     p = cli("text-generate", *args, "--device", "h200-sxm")
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_images_per_device_follow_the_layout():
+    from perfcast.capture.parallel import Layout
+    from perfcast.inference.vision import ImageRequest
+
+    # 2 sequences × 2 images; pipeline stages: the first stage encodes both micro-batches' images
+    r = _step(images=ImageRequest(2, 448, 448), layout=Layout(pp=2))
+    assert r.request.micro_batches == 2 and r.vision.images == 2 * 2
+    assert r.step_time_s("analytic") == pytest.approx(sum(r.stage_times_s["analytic"]) + max(r.stage_times_s["analytic"])
+                                                      + r.vision.time_s("analytic"))

@@ -16,7 +16,9 @@ language model over the prompt with the image tokens in it.
   weights of each layer across TP ranks"), as SGLang does unless ``--mm-enable-dp-encoder``
   (docs.sglang.io, "DP for Multi-Modal Encoder"); TensorRT-LLM's PyTorch Qwen2-VL path runs
   transformers' own vision tower on every rank (``tensorrt_llm/_torch/models/modeling_qwen2vl.py``).
-  Data-parallel replicas encode their own sequences' images.
+  Data-parallel replicas encode their own sequences' images; with pipeline stages the first
+  stage's devices encode all of them (the encoder runs before the first micro-batch enters), and
+  the encoder's weights are counted on the fullest stage.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def encode(req, proc, lm_req) -> VisionPart:
 
     im = req.images
     grid = proc.grid(im.height, im.width)
-    count = lm_req.sequences_per_micro_batch * im.per_query
+    # a data-parallel rank's sequences: with pipeline stages the first encodes every micro-batch's
+    count = math.ceil(req.num_queries / req.layout.dp) * im.per_query
     tp = _encoder_tp(req)
     vc = vmodels.vision_config(req.model)
     cap = capture_encoder(hf_config(req.model), Images(count, grid), dtype=req.dtype, tp=tp)
