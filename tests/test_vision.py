@@ -227,6 +227,21 @@ def test_encoder_layout_follows_the_engine():
     assert not [v for v in walk(tp_trt.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_reduce"]
 
 
+def test_encoder_data_parallel_over_tp():
+    from perfcast.capture.parallel import Layout
+    from perfcast.inference.vision import ImageRequest
+    from perfcast.ir import Leaf, walk
+
+    # 2 sequences × 2 images of 448² over tp 4: ⌈4/4⌉ = 1 image per rank, full weights
+    r = _step("qwen3-vl-8b-instruct", ImageRequest(2, 448, 448), layout=Layout(tp=4), encoder_tp_mode="data")
+    assert r.vision.mode == "data" and r.vision.images == 1 and r.vision.weights_bytes == 576_388_336 * 2
+    gathers = [v.op for v in walk(r.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_gather"]
+    # one all-gather of each rank's 196 tokens × (4096 merged + 3 DeepStack levels × 4096) bf16
+    assert len(gathers) == 1 and tuple(gathers[0].inputs[0].shape) == (196, 4 * 4096)
+    assert tuple(gathers[0].outputs[0].shape) == (4 * 196, 4 * 4096)
+    assert not [v for v in walk(r.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_reduce"]
+
+
 def test_decode_of_a_vlm_is_its_language_model():
     r = _step(decode=True, context_length=2048)
     assert r.vision.images == 0 and r.vision.time_s("analytic") == 0.0
@@ -244,6 +259,8 @@ def test_decode_of_a_vlm_is_its_language_model():
      "aspect"),
     (["qwen2.5-vl-7b-instruct", "--image-batch-size", "1", "--image-height", "448", "--image-width", "448",
       "--rollup", "slow"], "--rollup slow"),
+    (["qwen2.5-vl-7b-instruct", "--engine", "trtllm", "--encoder-tp-mode", "weights"], "replicated"),
+    (["qwen3-8b", "--encoder-tp-mode", "data"], "no vision encoder"),
 ])
 def test_flag_errors(cli, args, message):
     p = cli("text-generate", *args, "--device", "h200-sxm")

@@ -21,7 +21,7 @@ def _as_step(result):
 
 def to_json(result) -> dict:
     v, req = result.vision, result.request
-    doc = {"images_per_device": v.images, "tensor_parallel": v.tp,
+    doc = {"images_per_device": v.images, "encoder_tp_mode": v.mode, "tensor_parallel": v.tp,
            "image_tokens_per_sequence": req.image_tokens[0] if req.image_tokens else 0,
            "weights_bytes": v.weights_bytes, "parameters": v.parameters,
            "activation_peak_bytes": v.activation_peak_bytes, "notes": list(v.notes)}
@@ -51,7 +51,9 @@ def render(console: Console, result, top: int = 15) -> None:
         console.print(f"[bold]vision encoder[/]: no images in this step · {mem}")
         return
     im = doc["image"]
-    layout = f"tensor-parallel over {v.tp}" if v.tp > 1 else "replicated"
+    tp = result.request.layout.tp
+    layout = {"weights": f"weights split over tp {tp}", "data": f"images split over tp {tp}, full weights",
+              "replicated": "replicated"}[v.mode] if tp > 1 else "one device"
     console.print(f"[bold]vision encoder[/]: {v.images} image(s) per device · {im['height']}×{im['width']} px → "
                   f"{im['resized'][0]}×{im['resized'][1]} · grid {im['grid_thw'][1]}×{im['grid_thw'][2]} patches · "
                   f"{im['tokens']:,} tokens per image ({doc['image_tokens_per_sequence']:,} per sequence, after "
