@@ -277,3 +277,12 @@ def test_images_per_device_follow_the_layout():
     assert r.request.micro_batches == 2 and r.vision.images == 2 * 2
     assert r.step_time_s("analytic") == pytest.approx(sum(r.stage_times_s["analytic"]) + max(r.stage_times_s["analytic"])
                                                       + r.vision.time_s("analytic"))
+
+
+def test_explain_gives_the_language_model(cli):
+    import json
+
+    p = cli("explain", "qwen2.5-vl-7b-instruct", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc["symbols"]) == {"B", "S"} and any("vision-language model" in n for n in doc["notes"])
