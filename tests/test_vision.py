@@ -286,3 +286,23 @@ def test_explain_gives_the_language_model(cli):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert set(doc["symbols"]) == {"B", "S"} and any("vision-language model" in n for n in doc["notes"])
+
+
+def test_processor_beside_a_config_path(tmp_path):
+    import json
+    import shutil
+
+    src = load_model_config("qwen2.5-vl-7b-instruct").path
+    shutil.copy(src, tmp_path / "config.json")
+    # a deployment that caps images at 1,003,520 pixels (= 1280·28²): round-to-28 gives
+    # 1092·1932 > the cap, so beta = sqrt(2,073,600/1,003,520) ≈ 1.43747 and the sides are
+    # floor(1080/beta/28)·28 = floor(26.83)·28 = 728 and floor(1920/beta/28)·28 = floor(47.70)·28
+    # = 1316: 52×94 patches, 52·94/4 = 1222 tokens
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"min_pixels": 3136, "max_pixels": 1003520, "patch_size": 14, "merge_size": 2, "temporal_patch_size": 2}))
+    p = vision.processor(load_model_config(str(tmp_path / "config.json")))
+    assert p.source.endswith("preprocessor_config.json")
+    assert p.resized(1080, 1920) == (728, 1316) and p.tokens(1080, 1920) == 52 * 94 // 4 == 1222
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 1003520}))
+    with pytest.raises(UserError, match="min_pixels"):
+        vision.processor(load_model_config(str(tmp_path / "config.json")))
