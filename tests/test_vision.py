@@ -306,3 +306,28 @@ def test_processor_beside_a_config_path(tmp_path):
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 1003520}))
     with pytest.raises(UserError, match="min_pixels"):
         vision.processor(load_model_config(str(tmp_path / "config.json")))
+
+
+def test_non_causal_attention_is_priced_at_its_own_work():
+    from perfcast.ir import Tensor
+    from perfcast.ir.rules import make_leaf
+    from perfcast.perf.features import features
+    from perfcast.perf.kernel_classes import CONTEXT, classify, context_work
+
+    q = Tensor("q", (16, 16, 64, 80), "bf16")
+    kv = Tensor("k", (16, 16, 64, 80), "bf16")
+    out = Tensor("o", (16, 64, 16, 80), "bf16")
+
+    def leaf(causal):
+        return make_leaf("attention", "a", (q, kv, kv), (out,), past=0, causal=causal, window=0, shared_kv=False,
+                         cache_width=0, cache_write=False)
+
+    cls, shape = classify(leaf(False))
+    assert cls is CONTEXT and shape["causal"] is False
+    # 16 windows × 16 heads, 64 queries each over all 64 keys: 2·16·16·64²·(80 + 80) = 335,544,320
+    assert context_work(shape, 132).flops == 2 * 16 * 16 * 64 * 64 * 160 == 335_544_320
+    # the causal kernel at the same shape: 64·65/2 pairs per head
+    assert float(context_work(classify(leaf(True))[1], 132).flops) == 2 * 16 * 16 * (64 * 65 // 2) * 160
+    # the measured tables hold causal prefill only: the profiling model misses (and falls back)
+    with pytest.raises(ValueError, match="non-causal"):
+        features(leaf(False))
