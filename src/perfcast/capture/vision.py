@@ -14,7 +14,9 @@ patch merger (norm, then an MLP on merge² patches concatenated) and Qwen3-VL's 
   distinct sequence length, batched over the sequences of that length, so the attended pairs are
   exactly Σ lengthᵢ² (window lengths from ``get_vision_window_index``, transformers
   ``vision_utils.py``: windows of ``window_size / patch / merge`` merged tokens a side, the last
-  row and column of windows cut at the grid's edge).
+  row and column of windows cut at the grid's edge). With windows of several lengths the calls'
+  outputs are concatenated: a copy of the attention output the one varlen kernel does not make
+  (memory-bound, a small share of a block).
 - **Module paths** follow the decoder's naming (``model.layers.N.self_attn.qkv``,
   ``model.layers.N.mlp.down_proj``, ``…norm1`` / ``…norm2``), so the engine profiles' role table
   (:mod:`perfcast.engines.roles`) and the tensor-parallel plan (:mod:`perfcast.capture.parallel`)
