@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfcast.report.format import percent, seconds, si
-from perfcast.report.textgen import kernel_table, op_table
+from perfcast.report.textgen import kernel_table, missed_ops, op_table
 
 
 def _as_step(result):
@@ -35,7 +35,8 @@ def to_json(result) -> dict:
                 "text_tokens_per_sequence": req.query_length - req.image_tokens[0],
                 "performance_models": {n: {"time_s": ev.time_s, "launch_time_s": ev.launch_time_s,
                                            "share_of_step": ev.time_s / result.step_time_s(n) if result.step_time_s(n) else 0.0,
-                                           "provenance_shares": ev.provenance_shares()}
+                                           "provenance_shares": ev.provenance_shares(),
+                                           "missed_ops": missed_ops(_as_step(result), n)}
                                        for n, ev in v.evaluations.items()},
                 "ops": op_table(_as_step(result)), "kernels": kernel_table(_as_step(result)),
                 "unknown_ops": [{"op": op, "count": n, "shapes": shapes} for (op, shapes), n in v.lowered.unknown.items()]})
@@ -61,6 +62,9 @@ def render(console: Console, result, top: int = 15) -> None:
     for name, m in doc["performance_models"].items():
         console.print(f"  {name}: encoder {seconds(m['time_s'])} ({percent(m['share_of_step'])} of the step) · "
                       "provenance by time: " + ", ".join(f"{k} {percent(s)}" for k, s in m["provenance_shares"].items()))
+        for miss in m["missed_ops"][:5]:
+            console.print(f"    [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
+                          f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
     names = list(doc["performance_models"])
     t = Table(title=f"Vision encoder kernels (top {top} by time)", title_justify="left")
     for col in ("part", "kernel", "class", "fuses", "calls", *(f"time ({n})" for n in names), "share"):
