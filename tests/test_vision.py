@@ -227,6 +227,21 @@ def test_encoder_layout_follows_the_engine():
     assert not [v for v in walk(tp_trt.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_reduce"]
 
 
+def test_encoder_data_parallel_over_tp():
+    from perfcast.capture.parallel import Layout
+    from perfcast.inference.vision import ImageRequest
+    from perfcast.ir import Leaf, walk
+
+    # 2 sequences × 2 images of 448² over tp 4: ⌈4/4⌉ = 1 image per rank, full weights
+    r = _step("qwen3-vl-8b-instruct", ImageRequest(2, 448, 448), layout=Layout(tp=4), encoder_tp_mode="data")
+    assert r.vision.mode == "data" and r.vision.images == 1 and r.vision.weights_bytes == 576_388_336 * 2
+    gathers = [v.op for v in walk(r.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_gather"]
+    # one all-gather of each rank's 196 tokens × (4096 merged + 3 DeepStack levels × 4096) bf16
+    assert len(gathers) == 1 and tuple(gathers[0].inputs[0].shape) == (196, 4 * 4096)
+    assert tuple(gathers[0].outputs[0].shape) == (4 * 196, 4 * 4096)
+    assert not [v for v in walk(r.vision.lowered.graph) if isinstance(v.op, Leaf) and v.op.kind == "all_reduce"]
+
+
 def test_decode_of_a_vlm_is_its_language_model():
     r = _step(decode=True, context_length=2048)
     assert r.vision.images == 0 and r.vision.time_s("analytic") == 0.0
@@ -244,8 +259,75 @@ def test_decode_of_a_vlm_is_its_language_model():
      "aspect"),
     (["qwen2.5-vl-7b-instruct", "--image-batch-size", "1", "--image-height", "448", "--image-width", "448",
       "--rollup", "slow"], "--rollup slow"),
+    (["qwen2.5-vl-7b-instruct", "--engine", "trtllm", "--encoder-tp-mode", "weights"], "replicated"),
+    (["qwen3-8b", "--encoder-tp-mode", "data"], "no vision encoder"),
 ])
 def test_flag_errors(cli, args, message):
     p = cli("text-generate", *args, "--device", "h200-sxm")
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_images_per_device_follow_the_layout():
+    from perfcast.capture.parallel import Layout
+    from perfcast.inference.vision import ImageRequest
+
+    # 2 sequences × 2 images; pipeline stages: the first stage encodes both micro-batches' images
+    r = _step(images=ImageRequest(2, 448, 448), layout=Layout(pp=2))
+    assert r.request.micro_batches == 2 and r.vision.images == 2 * 2
+    assert r.step_time_s("analytic") == pytest.approx(sum(r.stage_times_s["analytic"]) + max(r.stage_times_s["analytic"])
+                                                      + r.vision.time_s("analytic"))
+
+
+def test_explain_gives_the_language_model(cli):
+    import json
+
+    p = cli("explain", "qwen2.5-vl-7b-instruct", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc["symbols"]) == {"B", "S"} and any("vision-language model" in n for n in doc["notes"])
+
+
+def test_processor_beside_a_config_path(tmp_path):
+    import json
+    import shutil
+
+    src = load_model_config("qwen2.5-vl-7b-instruct").path
+    shutil.copy(src, tmp_path / "config.json")
+    # a deployment that caps images at 1,003,520 pixels (= 1280·28²): round-to-28 gives
+    # 1092·1932 > the cap, so beta = sqrt(2,073,600/1,003,520) ≈ 1.43747 and the sides are
+    # floor(1080/beta/28)·28 = floor(26.83)·28 = 728 and floor(1920/beta/28)·28 = floor(47.70)·28
+    # = 1316: 52×94 patches, 52·94/4 = 1222 tokens
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"min_pixels": 3136, "max_pixels": 1003520, "patch_size": 14, "merge_size": 2, "temporal_patch_size": 2}))
+    p = vision.processor(load_model_config(str(tmp_path / "config.json")))
+    assert p.source.endswith("preprocessor_config.json")
+    assert p.resized(1080, 1920) == (728, 1316) and p.tokens(1080, 1920) == 52 * 94 // 4 == 1222
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 1003520}))
+    with pytest.raises(UserError, match="min_pixels"):
+        vision.processor(load_model_config(str(tmp_path / "config.json")))
+
+
+def test_non_causal_attention_is_priced_at_its_own_work():
+    from perfcast.ir import Tensor
+    from perfcast.ir.rules import make_leaf
+    from perfcast.perf.features import features
+    from perfcast.perf.kernel_classes import CONTEXT, classify, context_work
+
+    q = Tensor("q", (16, 16, 64, 80), "bf16")
+    kv = Tensor("k", (16, 16, 64, 80), "bf16")
+    out = Tensor("o", (16, 64, 16, 80), "bf16")
+
+    def leaf(causal):
+        return make_leaf("attention", "a", (q, kv, kv), (out,), past=0, causal=causal, window=0, shared_kv=False,
+                         cache_width=0, cache_write=False)
+
+    cls, shape = classify(leaf(False))
+    assert cls is CONTEXT and shape["causal"] is False
+    # 16 windows × 16 heads, 64 queries each over all 64 keys: 2·16·16·64²·(80 + 80) = 335,544,320
+    assert context_work(shape, 132).flops == 2 * 16 * 16 * 64 * 64 * 160 == 335_544_320
+    # the causal kernel at the same shape: 64·65/2 pairs per head
+    assert float(context_work(classify(leaf(True))[1], 132).flops) == 2 * 16 * 16 * (64 * 65 // 2) * 160
+    # the measured tables hold causal prefill only: the profiling model misses (and falls back)
+    with pytest.raises(ValueError, match="non-causal"):
+        features(leaf(False))

@@ -174,7 +174,7 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
             h = inner.embed_tokens(ids)
             if images is not None:
                 recorder.module = "model.image_embeds"
-                h = images.merge(h)
+                h = images.merge(h, ids)
                 recorder.module = ""
             pe = inner.rotary_emb(h, positions)
             for g in groups:

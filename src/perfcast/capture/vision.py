@@ -14,13 +14,17 @@ patch merger (norm, then an MLP on merge² patches concatenated) and Qwen3-VL's 
   distinct sequence length, batched over the sequences of that length, so the attended pairs are
   exactly Σ lengthᵢ² (window lengths from ``get_vision_window_index``, transformers
   ``vision_utils.py``: windows of ``window_size / patch / merge`` merged tokens a side, the last
-  row and column of windows cut at the grid's edge).
+  row and column of windows cut at the grid's edge). With windows of several lengths the calls'
+  outputs are concatenated: a copy of the attention output the one varlen kernel does not make
+  (memory-bound, a small share of a block).
 - **Module paths** follow the decoder's naming (``model.layers.N.self_attn.qkv``,
   ``model.layers.N.mlp.down_proj``, ``…norm1`` / ``…norm2``), so the engine profiles' role table
   (:mod:`perfcast.engines.roles`) and the tensor-parallel plan (:mod:`perfcast.capture.parallel`)
   read a vision block as they read a decoder layer. The merger and each DeepStack merger are
   named as one further MLP block each (``model.layers.{depth + k}.mlp``): an MLP whose partial
   sums are reduced at its output under tensor parallelism.
+- **Data parallelism over tp** (vLLM's ``mm_encoder_tp_mode = "data"``): each rank encodes its
+  share of the images with the full weights, then the merged embeddings are all-gathered.
 - **Tensor parallelism** (``tp`` > 1) captures one rank's shapes: heads, the MLP intermediate and
   the mergers' hidden width divided (Megatron-LM column/row-parallel linears, arXiv:1909.08053 §3;
   vLLM builds the Qwen-VL vision blocks from ``QKVParallelLinear`` / ``RowParallelLinear``). A
@@ -34,12 +38,13 @@ import math
 import types
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from perfcast.capture import serving
 from perfcast.capture.record import Recorder, dtype_name, size_expr
-from perfcast.capture.types import Capture, LayerGroup, TensorMeta
+from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 
 #: model_type → (transformers model folder, vision tower class)
 ENCODERS = {
@@ -181,8 +186,10 @@ def encoder_parameters(config, dtype: str = "bf16", tp: int = 1) -> tuple[int, i
     return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
 
 
-def capture_encoder(config, images: Images, *, dtype: str = "bf16", tp: int = 1) -> Capture:
-    """Capture one encoder pass over ``images`` (all of one grid) on one tensor-parallel rank."""
+def capture_encoder(config, images: Images, *, dtype: str = "bf16", tp: int = 1, gather: int = 1) -> Capture:
+    """Capture one encoder pass over ``images`` (all of one grid) on one tensor-parallel rank;
+    ``gather`` > 1: the ranks encoded different images and all-gather their merged embeddings
+    (with DeepStack's levels beside them) over ``tp``."""
     from perfcast.capture.build import TORCH_DTYPES, _fake_parameters
 
     serving.register()
@@ -242,6 +249,14 @@ def capture_encoder(config, images: Images, *, dtype: str = "bf16", tp: int = 1)
     finally:
         for hk in hooks:
             hk.remove()
+    if gather > 1:
+        levels = len(_mergers(encoder))  # the merger's output and each DeepStack merger's
+        tokens, width = int(out.shape[0]), int(out.shape[1]) * levels
+        src = TensorMeta((sympy.Integer(tokens), sympy.Integer(width)), dtype_name(out.dtype), False,
+                         1 + max(t.uid for r in recorder.records for t in (*r.inputs, *r.outputs)))
+        dst = TensorMeta((sympy.Integer(tokens * gather), sympy.Integer(width)), src.dtype, False, src.uid + 1)
+        recorder.records.append(OpRecord("perfcast.all_gather.default", (src,), (dst,), ("tp", gather),
+                                         "visual.gather", None))
     linear = {f"{names[id(m)]}.weight" for m in encoder.modules() if isinstance(m, torch.nn.Linear)}
     linear.add(names[id(pe.proj)] + ".weight")
     return Capture(recorder.records, groups, params, linear)

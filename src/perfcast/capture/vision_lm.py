@@ -105,10 +105,12 @@ class ImageTokens:
     def _embeds(self, rows: int, like: torch.Tensor) -> torch.Tensor:
         return torch.empty((rows, self.hidden), dtype=like.dtype, device="meta")
 
-    def merge(self, h: torch.Tensor) -> torch.Tensor:
-        """The placeholder tokens' embeddings replaced by the encoder's image embeddings."""
+    def merge(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The placeholder tokens' embeddings replaced by the encoder's image embeddings: the
+        placeholders found by comparing the ids with the image token's
+        (``Qwen2_5_VLModel.get_placeholder_mask``: ``input_ids == image_token_id``)."""
         b, s, _ = h.shape
-        mask = torch.zeros((b, s, 1), dtype=torch.bool, device="meta").expand_as(h)
+        mask = (ids == 0).unsqueeze(-1).expand_as(h)
         return h.masked_scatter(mask, self._embeds(b * self.per_sequence, h))
 
     def after_layers(self, h: torch.Tensor) -> torch.Tensor:

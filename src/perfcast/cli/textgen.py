@@ -90,6 +90,10 @@ def add_parser(sub) -> None:
                         "(after the --query-length text tokens)")
     v.add_argument("--image-height", type=int, metavar="PX", help="image height in pixels (with --image-batch-size)")
     v.add_argument("--image-width", type=int, metavar="PX", help="image width in pixels (with --image-batch-size)")
+    v.add_argument("--encoder-tp-mode", choices=("weights", "data", "replicated"),
+                   help="the vision encoder under --tp-size: weights split over the ranks, or images split over "
+                        "them with full weights (vLLM --mm-encoder-tp-mode, SGLang --mm-enable-dp-encoder), or "
+                        "replicated (TensorRT-LLM); default: the engine's")
     p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
     add_overlap_argument(p)
     p.set_defaults(run=run)
@@ -148,7 +152,8 @@ def run(args) -> int:
                    reroll=not args.no_reroll, memory_utilization=args.memory_utilization,
                    layout=Layout(args.tp_size, args.ep_size, args.dp_size, args.pp_size, args.attention_dp,
                                  args.sequence_parallel, args.micro_batches),
-                   num_devices=args.num_devices, topology=args.topology, images=_images(args))
+                   num_devices=args.num_devices, topology=args.topology, images=_images(args),
+                   encoder_tp_mode=args.encoder_tp_mode)
     result = simulate(req)
     ov = report.overlaps(result, transforms) if transforms else None
     if args.strict_memory and not result.memory.fits:

@@ -50,6 +50,7 @@ class Request:
     topology: str | None = None  # name, file or KIND:SHAPE; default: the device's shipped node
     images: object = None  # perfcast.inference.vision.ImageRequest: each sequence's images
     image_tokens: tuple | None = None  # (per sequence, width, DeepStack levels): a VLM's language model
+    encoder_tp_mode: str | None = None  # a VLM's encoder: weights | data | replicated (default: the engine's)
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):

@@ -11,12 +11,18 @@ language model over the prompt with the image tokens in it.
   A decode step is the language model's alone: its context already holds the image tokens.
 - **Memory**: the encoder's weights stay resident beside the language model's; activations are
   the larger of the two passes' peaks (they run one after the other).
-- **Layout** (:data:`ENCODER_TP`): vLLM splits the encoder's weights over the tensor-parallel
-  ranks by default (``vllm/config/multimodal.py``: ``mm_encoder_tp_mode = "weights"``, "split the
-  weights of each layer across TP ranks"), as SGLang does unless ``--mm-enable-dp-encoder``
-  (docs.sglang.io, "DP for Multi-Modal Encoder"); TensorRT-LLM's PyTorch Qwen2-VL path runs
-  transformers' own vision tower on every rank (``tensorrt_llm/_torch/models/modeling_qwen2vl.py``).
-  Data-parallel replicas encode their own sequences' images.
+- **Layout** (:data:`ENCODER_MODES`, the engine's default first): vLLM splits the encoder's
+  weights over the tensor-parallel ranks by default (``vllm/config/multimodal.py``:
+  ``mm_encoder_tp_mode = "weights"``, "split the weights of each layer across TP ranks"), or with
+  ``"data"`` "split the batched input data across TP ranks ... while hosting the full weights on
+  each TP rank"; SGLang likewise, data-parallel with ``--mm-enable-dp-encoder`` (docs.sglang.io,
+  "DP for Multi-Modal Encoder"); TensorRT-LLM's PyTorch Qwen2-VL path runs transformers' own
+  vision tower on every rank (``tensorrt_llm/_torch/models/modeling_qwen2vl.py``): replicated.
+  ``data`` gives each rank ⌈images / tp⌉ images and all-gathers the merged embeddings (with
+  DeepStack's levels: vLLM concatenates them to the encoder's output) over tp.
+  Data-parallel replicas encode their own sequences' images; with pipeline stages the first
+  stage's devices encode all of them (the encoder runs before the first micro-batch enters), and
+  the encoder's weights are counted on the fullest stage.
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ from perfcast.ir.rules import make_leaf
 from perfcast.models import vision as vmodels
 from perfcast.rollup import Evaluation, FastRollup, LaunchModel, rollup
 
-#: engine framework → whether the vision encoder is tensor-parallel (see the module docstring);
-#: an engine not listed runs it replicated.
-ENCODER_TP = {"vllm": True, "vllm_ascend": True, "sglang": True, "trtllm": False, "torch": False}
+#: engine framework → the vision encoder's layouts it offers, its default first (see the module
+#: docstring); an engine not listed runs the encoder replicated.
+ENCODER_MODES = {"vllm": ("weights", "data"), "vllm_ascend": ("weights", "data"), "sglang": ("weights", "data"),
+                 "trtllm": ("replicated",), "torch": ("replicated",)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class ImageRequest:
 class VisionPart:
     """The encoder's share of a step: its images, tokens, time per model, kernels and memory."""
 
+    mode: str  # weights | data | replicated (ENCODER_MODES)
     images: int  # images one device encodes in the step
     grid: tuple[int, int, int]
     resized: tuple[int, int]
@@ -80,6 +88,8 @@ def is_vision_language(model) -> bool:
 def check(req) -> None:
     """The image flags against the model and the phase: one-line errors."""
     im = req.images
+    if req.encoder_tp_mode is not None and req.image_tokens is None and not vmodels.is_vision_language(req.model):
+        raise UserError(f"--encoder-tp-mode: {req.model.name} ({req.model.model_type}) has no vision encoder")
     if im is None:
         return
     for flag, v in (("--image-batch-size", im.per_query), ("--image-height", im.height), ("--image-width", im.width)):
@@ -104,7 +114,7 @@ def simulate(req, simulate_text):
     fam = vmodels.family(vl)
     tokens = im.per_query * proc.tokens(im.height, im.width) if im else 0
     deepstack = len(vmodels.vision_config(vl).get("deepstack_visual_indexes") or []) if fam.deepstack else 0
-    lm_req = replace(req, model=text, query_length=req.query_length + tokens,
+    lm_req = replace(req, model=text, query_length=req.query_length + tokens, encoder_tp_mode=None,
                      image_tokens=(tokens, int(text.data["hidden_size"]), deepstack) if tokens else None)
     result = simulate_text(lm_req)
     part = encode(req, proc, lm_req) if im else resident(req, lm_req)
@@ -116,8 +126,18 @@ def simulate(req, simulate_text):
     return result
 
 
+def encoder_mode(req) -> str:
+    profile = req.profile()
+    modes = ENCODER_MODES.get(profile.framework, ("replicated",))
+    mode = req.encoder_tp_mode or modes[0]
+    if mode not in modes:
+        raise UserError(f"--encoder-tp-mode {mode}: {profile.name} runs the vision encoder "
+                        + " or ".join(modes) + (" (its default)" if len(modes) == 1 else ""))
+    return mode
+
+
 def _encoder_tp(req) -> int:
-    return req.layout.tp if ENCODER_TP.get(req.profile().framework, False) else 1
+    return req.layout.tp if encoder_mode(req) == "weights" else 1
 
 
 def resident(req, lm_req) -> VisionPart:
@@ -127,7 +147,7 @@ def resident(req, lm_req) -> VisionPart:
 
     tp = _encoder_tp(req)
     params, wbytes = encoder_parameters(hf_config(req.model), req.dtype, tp)
-    return VisionPart(0, (0, 0, 0), (0, 0), 0, tp, None, {}, {}, wbytes, params, 0, "",
+    return VisionPart(encoder_mode(req), 0, (0, 0, 0), (0, 0), 0, tp, None, {}, {}, wbytes, params, 0, "",
                       [f"vision encoder: {params:,} parameters resident ({wbytes:,} bytes per device), idle in this step"])
 
 
@@ -140,10 +160,13 @@ def encode(req, proc, lm_req) -> VisionPart:
 
     im = req.images
     grid = proc.grid(im.height, im.width)
-    count = lm_req.sequences_per_micro_batch * im.per_query
-    tp = _encoder_tp(req)
+    # a data-parallel rank's sequences: with pipeline stages the first encodes every micro-batch's
+    count = math.ceil(req.num_queries / req.layout.dp) * im.per_query
+    mode, tp = encoder_mode(req), _encoder_tp(req)
+    gather = req.layout.tp if mode == "data" and req.layout.tp > 1 else 1
+    count = math.ceil(count / gather)  # this rank's share of the images
     vc = vmodels.vision_config(req.model)
-    cap = capture_encoder(hf_config(req.model), Images(count, grid), dtype=req.dtype, tp=tp)
+    cap = capture_encoder(hf_config(req.model), Images(count, grid), dtype=req.dtype, tp=tp, gather=gather)
     cap = par.parallelize(cap, par.Layout(tp=tp), {}) if tp > 1 else cap
     profile = req.profile()
     applied = engines.apply(profile, cap, decode=False, device=req.device.name, hidden_size=int(vc["hidden_size"]))
@@ -163,15 +186,24 @@ def encode(req, proc, lm_req) -> VisionPart:
     notes = [f"vision encoder: {count} image(s) per device of {im.height}×{im.width} px, resized to {h}×{w} "
              f"({grid[1]}×{grid[2]} patches of {proc.patch_size} px, {proc.tokens(im.height, im.width)} tokens each, "
              f"{proc.merge_size}×{proc.merge_size} patches merged per token); "
-             + (f"tensor-parallel over tp {tp} ({profile.name})" if tp > 1 else f"replicated on each device ({profile.name})"),
+             + _layout_note(mode, req.layout.tp, profile.name),
              f"vision encoder in {req.dtype}" + (f": --quantize {req.quantize} applies to the language model only"
                                                  if req.quantize else "")]
     notes += [f"vision encoder — {n}" for n in _pricing_notes(rollups)]
     if low.unknown:
         notes.append(f"vision encoder: {sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))
-    return VisionPart(count, grid, (h, w), proc.tokens(im.height, im.width), tp, low, rollups, evals, wbytes, params,
+    return VisionPart(mode, count, grid, (h, w), proc.tokens(im.height, im.width), tp, low, rollups, evals, wbytes, params,
                       memory.activation_peak(cap), proc.source, notes)
+
+
+def _layout_note(mode: str, tp: int, engine: str) -> str:
+    if tp == 1:
+        return f"one device ({engine})"
+    return {"weights": f"weights split over tp {tp} ({engine}, encoder TP mode 'weights')",
+            "data": f"images split over the tp {tp} ranks, full weights on each, merged embeddings all-gathered "
+                    f"({engine}, encoder TP mode 'data')",
+            "replicated": f"replicated: every one of the tp {tp} ranks encodes every image ({engine})"}[mode]
 
 
 def _without_cache(op):

@@ -85,6 +85,8 @@ def _matmul(leaf: Leaf) -> Features:
 @register("attention")
 def _attention(leaf: Leaf) -> Features:
     q, k, v = leaf.inputs[:3]
+    if leaf.attr("causal") is False:
+        raise ValueError("non-causal attention (a vision encoder's): the measured tables hold causal prefill")
     s, past = _int(q.shape[2]), _int(leaf.attr("past"))
     return {"batch": _int(q.shape[0]), "heads": _int(q.shape[1]), "kv_heads": _int(k.shape[1]),
             "q_len": s, "kv_len": past + s, "head_dim": _int(q.shape[-1]),

@@ -167,8 +167,11 @@ def _bytes(dtype) -> float:
 def context_work(s: Shape, units: int) -> KernelWork:
     b, h, hk, q, kv = s["batch"], s["heads"], s["kv_heads"], s["q_len"], s["kv_len"]
     d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
-    pairs = attended_pairs(q, kv - q, True, s.get("window") or 0) if _symbolic(q, kv) else \
-        _pairs_numeric(q, kv, s.get("window"))
+    if s.get("causal", True) is False:  # a vision encoder's: every query attends to every key
+        pairs = q * kv
+    else:
+        pairs = attended_pairs(q, kv - q, True, s.get("window") or 0) if _symbolic(q, kv) else \
+            _pairs_numeric(q, kv, s.get("window"))
     return KernelWork(flops=2 * b * h * pairs * (d + dv),
                       bytes=b * q * h * (d + dv) * ab + b * hk * kv * (d + dv) * kb,
                       items={"cta": b * h * _ceil(q / TILE)}, axes={"tokens": b * q, "kv_len": kv})
@@ -327,6 +330,8 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
                  "kv_len": sympy.sympify(leaf.attr("past")) + s, "head_dim": q.shape[-1],
                  "v_head_dim": v.shape[-1], "window": int(leaf.attr("window") or 0),
                  "dtype": leaf.dtype, "kv_dtype": k.dtype}
+        if leaf.attr("causal") is False:  # priced by the causal fit at its own (full) work
+            shape["causal"] = False
         if leaf.attr("shared_kv"):
             return MLA_GENERATION, shape
         if leaf.attr("cache_width"):

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfcast.report.format import percent, seconds, si
-from perfcast.report.textgen import kernel_table, op_table
+from perfcast.report.textgen import kernel_table, missed_ops, op_table
 
 
 def _as_step(result):
@@ -21,7 +21,7 @@ def _as_step(result):
 
 def to_json(result) -> dict:
     v, req = result.vision, result.request
-    doc = {"images_per_device": v.images, "tensor_parallel": v.tp,
+    doc = {"images_per_device": v.images, "encoder_tp_mode": v.mode, "tensor_parallel": v.tp,
            "image_tokens_per_sequence": req.image_tokens[0] if req.image_tokens else 0,
            "weights_bytes": v.weights_bytes, "parameters": v.parameters,
            "activation_peak_bytes": v.activation_peak_bytes, "notes": list(v.notes)}
@@ -35,7 +35,8 @@ def to_json(result) -> dict:
                 "text_tokens_per_sequence": req.query_length - req.image_tokens[0],
                 "performance_models": {n: {"time_s": ev.time_s, "launch_time_s": ev.launch_time_s,
                                            "share_of_step": ev.time_s / result.step_time_s(n) if result.step_time_s(n) else 0.0,
-                                           "provenance_shares": ev.provenance_shares()}
+                                           "provenance_shares": ev.provenance_shares(),
+                                           "missed_ops": missed_ops(_as_step(result), n)}
                                        for n, ev in v.evaluations.items()},
                 "ops": op_table(_as_step(result)), "kernels": kernel_table(_as_step(result)),
                 "unknown_ops": [{"op": op, "count": n, "shapes": shapes} for (op, shapes), n in v.lowered.unknown.items()]})
@@ -51,7 +52,9 @@ def render(console: Console, result, top: int = 15) -> None:
         console.print(f"[bold]vision encoder[/]: no images in this step · {mem}")
         return
     im = doc["image"]
-    layout = f"tensor-parallel over {v.tp}" if v.tp > 1 else "replicated"
+    tp = result.request.layout.tp
+    layout = {"weights": f"weights split over tp {tp}", "data": f"images split over tp {tp}, full weights",
+              "replicated": "replicated"}[v.mode] if tp > 1 else "one device"
     console.print(f"[bold]vision encoder[/]: {v.images} image(s) per device · {im['height']}×{im['width']} px → "
                   f"{im['resized'][0]}×{im['resized'][1]} · grid {im['grid_thw'][1]}×{im['grid_thw'][2]} patches · "
                   f"{im['tokens']:,} tokens per image ({doc['image_tokens_per_sequence']:,} per sequence, after "
@@ -59,6 +62,9 @@ def render(console: Console, result, top: int = 15) -> None:
     for name, m in doc["performance_models"].items():
         console.print(f"  {name}: encoder {seconds(m['time_s'])} ({percent(m['share_of_step'])} of the step) · "
                       "provenance by time: " + ", ".join(f"{k} {percent(s)}" for k, s in m["provenance_shares"].items()))
+        for miss in m["missed_ops"][:5]:
+            console.print(f"    [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
+                          f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
     names = list(doc["performance_models"])
     t = Table(title=f"Vision encoder kernels (top {top} by time)", title_justify="left")
     for col in ("part", "kernel", "class", "fuses", "calls", *(f"time ({n})" for n in names), "share"):
