@@ -65,6 +65,18 @@ def test_gpt_oss_experts_mxfp4_attention_bf16():
     assert r.memory.weights_bytes == 65_248_815_744
 
 
+def test_gpt_oss_on_blackwell_takes_the_engines_kernel():
+    # TensorRT-LLM quantizes an MXFP4 checkpoint's activations to MXFP8 on SM ≥ 100
+    # (ModelConfig.get_mxfp4_quant_algo); vLLM's default keeps them bf16
+    m = load_model_config("gpt-oss-120b")
+    trt = _linears(_step(m, "b200-sxm", engine="trtllm"))["model.layers.0.mlp.experts"]
+    vllm = _linears(_step(m, "b200-sxm", engine="vllm"))["model.layers.0.mlp.experts"]
+    assert (classify(trt)[1]["dtype"], trt.inputs[0].dtype, trt.dtype) == ("w4a8_mxfp4_mxfp8", "fp8+e8m0/32", "fp8")
+    assert (classify(vllm)[1]["dtype"], vllm.inputs[0].dtype) == ("w4a16_mxfp4", "bf16")
+    # MXFP8 activations: 1 + 1/32 byte per element, as the fit's format counts them
+    assert classify(trt)[1]["bytes_per_element"][0] == 1 + Fraction(1, 32)
+
+
 def test_deepseek_fp8_block_scaled_with_bf16_lm_head():
     m = load_model_config("deepseek-v3")  # DeepSeek-V3/R1: quant_method fp8, weight_block_size [128, 128]
     r = simulate(Request(m, get_device("h200-sxm"), num_queries=8, context_length=1024, decode=True,
