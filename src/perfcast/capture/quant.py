@@ -45,7 +45,7 @@ class QuantPlan:
     quantization: Quantization
     native: frozenset[str]  # dtypes the device's matrix units multiply
     model_dtype: str = "bf16"
-    engine: str | None = None  # the engine profile's name: some pick their own kernel for a format
+    engine: str | None = None  # the engine profile's framework: some pick their own kernel for a format
 
     def format(self, module: str, group: str) -> LeafFormat | None:
         s = self.quantization.scheme(module, group)
