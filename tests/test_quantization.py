@@ -267,3 +267,15 @@ def test_bad_statements_name_file_and_key(tmp_path, qc, hf, message):
     with pytest.raises(UserError, match=None) as e:
         _read(tmp_path, qc, hf)
     assert message in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_a_layer_stored_differently_is_counted_exactly_and_said(tmp_path):
+    # fp8 everywhere but layer 1's attention: the decoder layers are captured once (layer 0
+    # prices them all), so the step says so; the memory counts layer 1 as stored
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "modules_to_not_convert": ["model.layers.1.self_attn"]}
+    m = load_model_config(_write(tmp_path, "llama-3.1-8b", quantization_config=qc))
+    r = simulate(Request(m, get_device("h100-sxm"), num_queries=1, query_length=256))
+    assert "layer 1 stores self_attn.k_proj differently from layer 0, which prices it (memory counts layer 1 as stored)" in r.notes
+    attention = 4096 * 4096 * 2 + 4096 * 1024 * 2  # q, o and k, v of one layer, 1 byte more each in bf16
+    fp8 = simulate(Request(m, get_device("h100-sxm"), num_queries=1, query_length=256, quantize="fp8"))
+    assert r.memory.weights_bytes - fp8.memory.weights_bytes == attention == 41_943_040

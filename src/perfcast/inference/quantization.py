@@ -80,7 +80,7 @@ def layer_differences(plan: QuantPlan | None, capture: Capture) -> list[str]:
     for g in capture.groups:
         rep = g.representative
         tag = f".layers.{rep}."
-        names = [n for n in capture.linear_params if tag in n]
+        names = sorted(n for n in capture.linear_params if tag in n)  # one answer whatever the set order
         for i in g.indices[1:]:
             differ = [n for n in names if param_format(plan, capture, n.replace(tag, f".layers.{i}.", 1))
                       != param_format(plan, capture, n)]
