@@ -65,6 +65,18 @@ def test_gpt_oss_experts_mxfp4_attention_bf16():
     assert r.memory.weights_bytes == 65_248_815_744
 
 
+def test_gpt_oss_on_blackwell_takes_the_engines_kernel():
+    # TensorRT-LLM quantizes an MXFP4 checkpoint's activations to MXFP8 on SM ≥ 100
+    # (ModelConfig.get_mxfp4_quant_algo); vLLM's default keeps them bf16
+    m = load_model_config("gpt-oss-120b")
+    trt = _linears(_step(m, "b200-sxm", engine="trtllm"))["model.layers.0.mlp.experts"]
+    vllm = _linears(_step(m, "b200-sxm", engine="vllm"))["model.layers.0.mlp.experts"]
+    assert (classify(trt)[1]["dtype"], trt.inputs[0].dtype, trt.dtype) == ("w4a8_mxfp4_mxfp8", "fp8+e8m0/32", "fp8")
+    assert (classify(vllm)[1]["dtype"], vllm.inputs[0].dtype) == ("w4a16_mxfp4", "bf16")
+    # MXFP8 activations: 1 + 1/32 byte per element, as the fit's format counts them
+    assert classify(trt)[1]["bytes_per_element"][0] == 1 + Fraction(1, 32)
+
+
 def test_deepseek_fp8_block_scaled_with_bf16_lm_head():
     m = load_model_config("deepseek-v3")  # DeepSeek-V3/R1: quant_method fp8, weight_block_size [128, 128]
     r = simulate(Request(m, get_device("h200-sxm"), num_queries=8, context_length=1024, decode=True,
@@ -255,3 +267,15 @@ def test_bad_statements_name_file_and_key(tmp_path, qc, hf, message):
     with pytest.raises(UserError, match=None) as e:
         _read(tmp_path, qc, hf)
     assert message in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_a_layer_stored_differently_is_counted_exactly_and_said(tmp_path):
+    # fp8 everywhere but layer 1's attention: the decoder layers are captured once (layer 0
+    # prices them all), so the step says so; the memory counts layer 1 as stored
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "modules_to_not_convert": ["model.layers.1.self_attn"]}
+    m = load_model_config(_write(tmp_path, "llama-3.1-8b", quantization_config=qc))
+    r = simulate(Request(m, get_device("h100-sxm"), num_queries=1, query_length=256))
+    assert "layer 1 stores self_attn.k_proj differently from layer 0, which prices it (memory counts layer 1 as stored)" in r.notes
+    attention = 4096 * 4096 * 2 + 4096 * 1024 * 2  # q, o and k, v of one layer, 1 byte more each in bf16
+    fp8 = simulate(Request(m, get_device("h100-sxm"), num_queries=1, query_length=256, quantize="fp8"))
+    assert r.memory.weights_bytes - fp8.memory.weights_bytes == attention == 41_943_040

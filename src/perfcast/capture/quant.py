@@ -36,7 +36,7 @@ class LeafFormat:
     @property
     def path(self) -> str:
         if self.native:
-            return f"{element(self.weight)} × {element(self.activation)} ({self.kernel})"
+            return f"{element(self.weight)} × {element(self.activation)} ({self.kernel}, activations {self.activation})"
         return f"weight-only: {element(self.weight)} weights dequantized inside the GEMM, {self.activation} math ({self.kernel})"
 
 
@@ -45,14 +45,15 @@ class QuantPlan:
     quantization: Quantization
     native: frozenset[str]  # dtypes the device's matrix units multiply
     model_dtype: str = "bf16"
+    engine: str | None = None  # the engine profile's framework: some pick their own kernel for a format
 
     def format(self, module: str, group: str) -> LeafFormat | None:
         s = self.quantization.scheme(module, group)
         if s is None:
             return None
-        kernel, native = s.execution(self.native)
-        act = s.activation if native else self.model_dtype
-        return LeafFormat(group, s, kernel, native, s.weight, act, element(act))
+        kernel, act = s.execution(self.native, self.engine)
+        return LeafFormat(group, s, kernel, act is not None, s.weight, act or self.model_dtype,
+                          element(act or self.model_dtype))
 
 
 def as_plan(quantize, model_dtype: str) -> QuantPlan | None:

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
                    help="analytic (default) or profiling; repeatable, reported side by side")
     p.add_argument("--no-baseline", action="store_true", help="skip the datasheet roofline baseline")
     p.add_argument("--strict", action="store_true",
-                   help="refuse rows whose quantization perfcast prices only approximately (fp8_block, nvfp4, int4_wo)")
+                   help="refuse rows whose quantization perfcast prices only approximately (int4_wo: no group size stated)")
     p.add_argument("--rows", metavar="FILE", help="write one line per row (.csv, or .json) with its mapping and predictions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=run)

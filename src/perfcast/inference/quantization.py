@@ -43,7 +43,7 @@ def resolve(req) -> Resolved:
     ckpt = quant_configs.read(req.model)
     q = ckpt if req.quantize is None else from_flag(req.quantize, base=ckpt)
     native = frozenset(req.device.spec.datasheet.matrix_flops_per_s)
-    plan = QuantPlan(q, native, req.dtype) if q.quantized else None
+    plan = QuantPlan(q, native, req.dtype, req.profile().framework) if q.quantized else None
     if req.kv_dtype is not None:
         kv, source = req.kv_dtype, "--kv-cache-dtype"
     elif ckpt.kv_cache is not None:
@@ -80,7 +80,7 @@ def layer_differences(plan: QuantPlan | None, capture: Capture) -> list[str]:
     for g in capture.groups:
         rep = g.representative
         tag = f".layers.{rep}."
-        names = [n for n in capture.linear_params if tag in n]
+        names = sorted(n for n in capture.linear_params if tag in n)  # one answer whatever the set order
         for i in g.indices[1:]:
             differ = [n for n in names if param_format(plan, capture, n.replace(tag, f".layers.{i}.", 1))
                       != param_format(plan, capture, n)]

@@ -39,13 +39,19 @@ class Scheme:
     kernel: str | None  # GEMM format when the device multiplies in the activation's type
     weight_only: str  # GEMM format that dequantizes the weights inside the kernel
     detail: str
+    # (engine, matrix dtype the device must have, activation dtype, GEMM format): a kernel an
+    # engine picks for this storage format where the device multiplies that dtype
+    engine_kernels: tuple[tuple[str, str, str, str], ...] = ()
 
-    def execution(self, native: frozenset[str]) -> tuple[str, bool]:
-        """(GEMM format, True when it multiplies in the narrow types) on a device whose matrix
-        units take the dtypes ``native``."""
+    def execution(self, native: frozenset[str], engine: str | None = None) -> tuple[str, str | None]:
+        """(GEMM format, the activation dtype it multiplies in; None: weight-only, in the model
+        dtype) on a device whose matrix units take the dtypes ``native``, under ``engine``."""
+        for name, needs, act, kernel in self.engine_kernels:
+            if name == engine and needs in native:
+                return kernel, act
         if self.activation is not None and self.kernel and element(self.activation) in native:
-            return self.kernel, True
-        return self.weight_only, False
+            return self.kernel, self.activation
+        return self.weight_only, None
 
 
 def fp8(activations: bool = True, per: str = "tensor") -> Scheme:
@@ -101,8 +107,12 @@ def mxfp4(activations: str | None = None) -> Scheme:
     if activations == "mxfp8":
         return Scheme("mxfp4", "fp4+e8m0/32", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8", "w4a16_mxfp4",
                       "MXFP4 weights (E2M1, one E8M0 scale per 32), MXFP8 activations")
+    # TensorRT-LLM quantizes the activations of an MXFP4 checkpoint to MXFP8 on SM ≥ 100 (its
+    # default MoE backends) and runs W4A16_MXFP4 below (tensorrt_llm/_torch/model_config.py
+    # ModelConfig.get_mxfp4_quant_algo): the FP4 tensor cores are what SM ≥ 100 adds
     return Scheme("mxfp4", "fp4+e8m0/32", None, None, "w4a16_mxfp4",
-                  "MXFP4 weights (E2M1, one E8M0 scale per 32), 16-bit activations")
+                  "MXFP4 weights (E2M1, one E8M0 scale per 32), 16-bit activations",
+                  engine_kernels=(("trtllm", "fp4", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8"),))
 
 
 def _grouped(elem: str, group: int | None, scale: str, zero: bool) -> str:
