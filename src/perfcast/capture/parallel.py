@@ -37,14 +37,10 @@ import sympy
 
 from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 from perfcast.ir import UserError
+from perfcast.models import architecture
 
 #: Config keys of the routed experts' count, per model family.
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
-#: The config key holding the routed experts' intermediate size, per model type (the others
-#: use ``intermediate_size`` for their dense MLPs).
-EXPERT_INTERMEDIATE = {"mixtral": "intermediate_size", "gpt_oss": "intermediate_size",
-                       "deepseek_v3": "moe_intermediate_size", "qwen3_moe": "moe_intermediate_size",
-                       "qwen2_moe": "moe_intermediate_size"}
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
@@ -138,11 +134,15 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
 
 
 def _divided_sizes(cfg: dict, layout: Layout) -> list[tuple[str, int, str]]:
-    expert_key = EXPERT_INTERMEDIATE.get(cfg["model_type"]) if experts_of(cfg) else None
-    out = [(k, layout.tp, "--tp-size") for k in ("intermediate_size",) if k != expert_key]
+    """(config key, divisor, flag) of the sizes tensor parallelism divides besides the attention
+    heads: the dense MLP widths and extra head counts of the model's architecture row, and the
+    routed and shared experts' widths by expert tensor parallelism."""
+    arch = architecture(cfg["model_type"])
+    expert_key = arch.expert_intermediate if experts_of(cfg) else None
+    out = [(k, layout.tp, "--tp-size") for k in (*arch.intermediate_keys(), *arch.tensor_parallel)]
     if expert_key:
         out.append((expert_key, layout.moe_tp, "expert tensor parallelism (MoE group / --ep-size) ="))
-        out.append(("shared_expert_intermediate_size", layout.moe_tp,
+        out.append((arch.experts.get("shared_intermediate", "shared_expert_intermediate_size"), layout.moe_tp,
                     "expert tensor parallelism (MoE group / --ep-size) ="))
     return out
 

@@ -298,3 +298,4 @@ def _collective(inputs, outputs, attrs) -> Cost:
     factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": sympy.Integer(1),
               "send_recv": sympy.Integer(1)}.get(str(attrs.get("collective")), (n - 1) / n)
     return Cost({f"bytes.link:{attrs['axis']}": collective_message(inputs, outputs) * factor})
+from perfcast.ir import rules_mixers as _mixers  # noqa: E402,F401  (registers the mixer kinds)

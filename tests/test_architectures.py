@@ -1,0 +1,171 @@
+"""The generic decoder path: every shipped architecture builds, captures (prefill and decode),
+lowers under every GPU engine and eager with no unpriced op, has its published size, caches the
+bytes per token its attention kind implies, and respects the HBM floor of what a decode step
+must read; an architecture perfcast cannot price is refused naming the part."""
+
+import json
+from dataclasses import replace
+from functools import lru_cache
+
+import pytest
+
+from perfcast.capture import hf_config, lower
+from perfcast.capture.build import build_model, capture
+from perfcast.capture.parallel import Layout
+from perfcast.hardware import get_device
+from perfcast.inference.textgen import Request, simulate
+from perfcast.ir import Leaf, UserError, walk
+from perfcast.models import architecture, load_model_config
+
+ENGINES = ["trtllm", "vllm", "sglang", "eager"]
+DEVICE = "h200-sxm"
+B, CONTEXT = 8, 1024  # decode: 8 sequences after 1,024 cached tokens
+
+#: catalog entry -> (total parameters perfcast counts, the published size it must match and where
+#: it is published). The count is the language model's (no vision tower, no MTP layers).
+SIZES = {
+    # 1.04 T total (Kimi-K2 model card: "1T total parameters"; Kimi-K2.5 keeps K2's language model)
+    "kimi-k2.5": (1_026_408_209_408, 1.0e12, 0.03),
+    # 62 layers × (q 3072·6144 + k, v 3072·1024 each + o 6144·3072 = 44,040,192; q/k norms 6,144 +
+    # 1,024; two layer norms 2·3,072; router 256·3,072 = 786,432; experts 256·3·3,072·1,536 =
+    # 3,623,878,656) = 62 × 3,668,718,592 = 227,460,552,704; + embedding and lm_head
+    # 2·200,064·3,072 = 1,229,193,216; + final norm 3,072. MiniMax-M2 model card: "230B total".
+    "minimax-m2.5": (228_689_748_992, 230e9, 0.01),
+    # GLM-5 model card (zai-org/GLM-5): "744B parameters (40B active)"
+    "glm-5": (743_911_199_232, 744e9, 0.001),
+    # Qwen3.5-397B-A17B: 397 B with its vision encoder (the name; model card "397B in total")
+    "qwen3.5-397b-a17b": (396_346_350_336, 397e9, 0.005),
+}
+
+
+@lru_cache(maxsize=None)
+def sim(model: str, engine: str, decode: bool):
+    shape = dict(num_queries=B, context_length=CONTEXT, decode=True) if decode else dict(num_queries=2, query_length=256)
+    return simulate(Request(load_model_config(model), get_device(DEVICE), engine=engine, **shape))
+
+
+@pytest.mark.parametrize("model", sorted(SIZES))
+def test_architecture_lowers_under_every_engine_and_respects_the_hbm_floor(model):
+    """No unpriced op under any engine; no engine beats the HBM roofline of its own bytes, none
+    drops a matrix FLOP eager runs; a decode step reads at least every non-expert weight (the
+    embedding table aside) and the whole KV cache."""
+    peak = float(get_device(DEVICE).hbm_bandwidth_bytes_per_s)
+    for decode in (True, False):
+        eager = sim(model, "eager", decode).evaluations["analytic"]
+        for engine in ENGINES:
+            r = sim(model, engine, decode)
+            ev = r.evaluations["analytic"]
+            where = (model, engine, "decode" if decode else "prefill")
+            assert not r.lowered.unknown, where
+            assert ev.time_s >= ev.totals["bytes.hbm"] / peak, where
+            assert ev.totals["flops.matrix"] == pytest.approx(eager.totals["flops.matrix"], rel=1e-9), where
+            if decode:
+                floor = _non_expert_weight_bytes(model) + r.memory.kv_cache_bytes
+                assert ev.time_s >= floor / peak, (where, ev.time_s, floor / peak)
+
+
+@lru_cache(maxsize=None)
+def _decode_capture(model: str):
+    return capture(hf_config(load_model_config(model)), batch=2, new_tokens=1, past=16, decode=True)
+
+
+def _non_expert_weight_bytes(model: str) -> int:
+    """bf16 bytes of every parameter but the stacked routed experts and the embedding table."""
+    cap = _decode_capture(model)
+    return sum(int(t.numel) * 2 for name, t in cap.params.items()
+               if len(t.shape) != 3 and "embed_tokens" not in name)
+
+
+@pytest.mark.parametrize("model", sorted(SIZES))
+def test_parameter_count_is_the_published_size(model):
+    count, published, tolerance = SIZES[model]
+    r = sim(model, "eager", True)
+    assert r.memory.parameters == count
+    assert abs(count - published) <= tolerance * published
+
+
+# KV cache per token (bf16, every layer), by hand, one model per attention kind:
+KV_PER_TOKEN = {
+    "minimax-m2.5": 62 * 8 * 128 * 2 * 2,  # GQA: layers × KV heads × head size × (K, V) × 2 B = 253,952
+    "kimi-k2.5": 61 * (512 + 64) * 2,  # MLA: the latent (kv_lora_rank) + the rope key, one entry = 70,272
+    "glm-5": 78 * ((512 + 64) + 128) * 2,  # DSA: MLA's latent + the indexer's 128-wide key = 109,824
+    "qwen3.5-397b-a17b": 15 * 2 * 256 * 2 * 2,  # hybrid: only the 15 full-attention layers cache = 30,720
+}
+
+
+@pytest.mark.parametrize("model", sorted(KV_PER_TOKEN))
+def test_kv_cache_bytes_per_token_by_hand(model):
+    r = sim(model, "eager", True)
+    assert r.memory.kv_cache_bytes_per_token == KV_PER_TOKEN[model]
+    state = 0
+    if model == "qwen3.5-397b-a17b":
+        # 45 Gated DeltaNet layers keep per sequence a 64 × 128 × 128 fp32 state (4,194,304 B) and
+        # the conv state: (2·16·128 + 64·128 = 12,288 channels) × (4 − 1) taps × 2 B = 73,728 B
+        state = 45 * (64 * 128 * 128 * 4 + 12_288 * 3 * 2)
+    assert r.memory.kv_cache_bytes == B * (CONTEXT + 1) * KV_PER_TOKEN[model] + B * state
+
+
+def test_glm5_layer_runs_the_indexer_and_the_sparse_attention_once():
+    """GLM-5's decode layer: one lightning-indexer kernel and one top-k sparse attention per layer
+    (78 of each), each query attending min(past + 1, 2,048) selected entries."""
+    kinds = {}
+    for v in walk(lower(_decode_capture("glm-5")).graph):
+        if isinstance(v.op, Leaf):
+            kinds.setdefault(v.op.kind, []).append((v.trips, v.op))
+    assert sum(t for t, _ in kinds["sparse_indexer"]) == 78 and sum(t for t, _ in kinds["sparse_attention"]) == 78
+    assert "attention" not in kinds
+    # decode after 16 cached tokens: 17 keys each, 64 heads (absorbed: 576 + 512 wide):
+    # 2 sequences × 64 × 17 × 2 × (576 + 512) matrix FLOPs
+    (_, leaf), *_ = kinds["sparse_attention"]
+    assert leaf.cost.get("flops.matrix") == 2 * 64 * 17 * 2 * (576 + 512)
+
+
+def test_qwen35_hybrid_layers_are_two_groups():
+    """Qwen3.5-MoE: 45 Gated DeltaNet layers and 15 gated full-attention layers (every 4th)."""
+    cap = _decode_capture("qwen3.5-397b-a17b")
+    groups = sorted((g.count, g.representative) for g in cap.groups)
+    assert groups == [(15, 3), (45, 0)]
+    ops = {(r.layer, r.op) for r in cap.records if r.op.startswith("perfcast.")}
+    assert (0, "perfcast.gated_delta_rule.default") in ops and (0, "perfcast.causal_conv1d.default") in ops
+    assert (3, "perfcast.attention.default") in ops and (3, "perfcast.gated_delta_rule.default") not in ops
+
+
+def test_kimi_k25_prices_its_language_model():
+    m = load_model_config("kimi-k2.5")
+    assert m.model_type == "kimi_k25" and m.data["model_type"] == "deepseek_v3"
+    assert m.architecture.parts["DeepseekV3Attention"] == "mla"
+    assert "vision_config" in m.wrapper and "vision_config" not in m.data
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+def test_an_unknown_model_type_is_refused_by_name(tmp_path, cli):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64}))
+    proc = cli("text-generate", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'mamba' is not an architecture perfcast knows" in proc.stderr
+
+
+def test_a_module_the_row_does_not_list_is_refused_by_name():
+    """A row that left out Qwen3.5's Gated DeltaNet class: the capture refuses, naming it,
+    instead of pricing transformers' torch loop over chunks."""
+    arch = architecture("qwen3_5_moe_text")
+    parts = {k: v for k, v in arch.parts.items() if k != "Qwen3_5MoeGatedDeltaNet"}
+    from perfcast.capture import substitutions
+
+    cfg = hf_config(load_model_config("qwen3.5-397b-a17b"))
+    cfg.num_hidden_layers, cfg.layer_types = 4, cfg.layer_types[:4]
+    model = build_model(cfg, "bf16")
+    with pytest.raises(UserError, match=r"model_type 'qwen3_5_moe_text': its module Qwen3_5MoeGatedDeltaNet "
+                                        r"is not one perfcast knows \(known kinds: attention, mla, dsa"):
+        substitutions.apply(model, replace(arch, parts=parts))
+
+
+def test_tensor_parallel_divides_the_linear_attention_heads():
+    r = simulate(Request(load_model_config("qwen3.5-397b-a17b"), get_device(DEVICE), engine="vllm",
+                         num_queries=8, context_length=1024, decode=True, layout=Layout(tp=4)))
+    assert not r.lowered.unknown
+    # per device: 64 / 4 value heads of the 45 GDN layers' state, 2 KV heads replicated to 1 each
+    state = 45 * (16 * 128 * 128 * 4 + (12_288 // 4) * 3 * 2)
+    assert r.memory.kv_cache_bytes == 8 * 1025 * 15 * 1 * 256 * 2 * 2 + 8 * state
