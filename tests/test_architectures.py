@@ -35,6 +35,16 @@ SIZES = {
     "glm-5": (743_911_199_232, 744e9, 0.001),
     # Qwen3.5-397B-A17B: 397 B with its vision encoder (the name; model card "397B in total")
     "qwen3.5-397b-a17b": (396_346_350_336, 397e9, 0.005),
+    # 28 layers × (LayerNorm 2·4,096; q, k, v, out 4·4,096²; fc_in 4,096·16,384 + 16,384; fc_out
+    # 16,384·4,096 + 4,096) = 28 × 201,355,264 = 5,637,947,392; + wte 50,400·4,096 = 206,438,400;
+    # + ln_f 8,192; + lm_head 206,438,400 + its bias 50,400. EleutherAI/gpt-j-6b model card:
+    # "Number of parameters 6,053,381,344" (0.04 % more).
+    "gpt-j-6b": (6_050_882_784, 6_053_381_344, 0.001),
+    # 60 layers × (ln_attn, ln_mlp 4·8,192; query_key_value 8,192·(128 + 2·8)·64 = 75,497,472;
+    # dense 8,192² = 67,108,864; MLP 2·8,192·32,768 = 536,870,912) = 60 × 679,510,016 =
+    # 40,770,600,960; + the tied embedding 65,024·8,192 = 532,676,608; + ln_f 16,384.
+    # tiiuae/falcon-40b model card: "a 40B parameters causal decoder-only model".
+    "falcon-40b": (41_303_293_952, 40e9, 0.035),
 }
 
 
@@ -90,6 +100,8 @@ KV_PER_TOKEN = {
     "kimi-k2.5": 61 * (512 + 64) * 2,  # MLA: the latent (kv_lora_rank) + the rope key, one entry = 70,272
     "glm-5": 78 * ((512 + 64) + 128) * 2,  # DSA: MLA's latent + the indexer's 128-wide key = 109,824
     "qwen3.5-397b-a17b": 15 * 2 * 256 * 2 * 2,  # hybrid: only the 15 full-attention layers cache = 30,720
+    "gpt-j-6b": 28 * 16 * 256 * 2 * 2,  # MHA: every head caches its K and V = 458,752
+    "falcon-40b": 60 * 8 * 64 * 2 * 2,  # grouped: 8 KV heads for 128 query heads = 122,880
 }
 
 
@@ -169,3 +181,18 @@ def test_tensor_parallel_divides_the_linear_attention_heads():
     # per device: 64 / 4 value heads of the 45 GDN layers' state, 2 KV heads replicated to 1 each
     state = 45 * (16 * 128 * 128 * 4 + (12_288 // 4) * 3 * 2)
     assert r.memory.kv_cache_bytes == 8 * 1025 * 15 * 1 * 256 * 2 * 2 + 8 * state
+
+
+def test_falcon_multi_query_caches_one_kv_head(tmp_path):
+    """Falcon's multi-query form (Falcon-7B's layout: multi_query without the new decoder
+    architecture) keeps one KV head per layer: 60 × 1 × 64 × (K, V) × 2 B = 15,360 B per token."""
+    data = json.loads(load_model_config("falcon-40b").path.read_text())
+    data.update(new_decoder_architecture=False, multi_query=True)
+    data.pop("num_kv_heads")
+    path = tmp_path / "falcon-mqa.json"
+    path.write_text(json.dumps(data))
+    m = load_model_config(str(path))
+    assert m.data["num_key_value_heads"] == 1
+    r = simulate(Request(m, get_device(DEVICE), engine="vllm", num_queries=2, context_length=64, decode=True))
+    assert not r.lowered.unknown and r.memory.kv_cache_bytes_per_token == 60 * 1 * 64 * 2 * 2
+

@@ -172,8 +172,8 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
             pe = rotary(h, positions) if rotary is not None else None
             for g in groups:
                 recorder.layer = g.representative
-                h = layers[g.representative](h, attention_mask=None, position_embeddings=pe,
-                                             position_ids=positions)
+                layer = layers[g.representative]
+                h = layer(h, **_layer_kwargs(layer, pe, positions))
                 h = h[0] if isinstance(h, tuple) else h
             recorder.layer = None
             h = norm(h)
@@ -190,6 +190,20 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
                  if str(s) in symbols}
         guards = tuple(g.expr.xreplace(names) for g in shape_env.guards)
     return Capture(recorder.records, groups, params, _linear_params(model, arch), symbols, guards)
+
+
+def _layer_kwargs(layer, pe, positions) -> dict:
+    """The decoder layer's arguments: no mask (the substituted attention derives causality), the
+    rotary tables and positions, and None for any other argument the layer requires (Falcon's
+    ``alibi``: its attention reads the config instead)."""
+    import inspect
+
+    out = {"attention_mask": None, "position_embeddings": pe, "position_ids": positions}
+    params = list(inspect.signature(layer.forward).parameters.values())[1:]  # after hidden_states
+    for p in params:
+        if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in out:
+            out[p.name] = None
+    return out
 
 
 def _decoder(model, arch):

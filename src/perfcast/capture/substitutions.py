@@ -21,6 +21,14 @@ runs:
   (``perfcast.causal_conv1d``, ``perfcast.gated_delta_rule``: FLA's chunked prefill and
   recurrent decode kernels), never the torch reference loop over chunks.
 
+- ``falcon`` (Falcon): the fused ``query_key_value`` split into queries and the model's KV heads
+  (1 for multi-query, ``num_kv_heads`` groups for the new decoder architecture, every head
+  otherwise), RoPE unless the config uses ALiBi, then one ``perfcast.attention`` over a cache of
+  those KV heads. transformers broadcasts the grouped K/V to every query head and calls SDPA
+  with a dense mask; serving engines cache the KV heads only (vLLM falcon.py: FalconAttention,
+  ``num_kv_heads``). ALiBi's bias is applied in the kernel's scale-and-mask step
+  (FlashAttention's ``alibi_slopes``), which the attention rule's per-score vector FLOPs count.
+
 A module of a mixer-like class (its name ends in Attention, DeltaNet, Mixer, Experts …) that the
 row does not list is refused by name: its cost would otherwise be the torch fallback's.
 """
@@ -197,6 +205,33 @@ def gdn_forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
     return self.out_proj(out.reshape(bsz, seq, -1))
 
 
+def falcon_forward(self, hidden_states, alibi=None, attention_mask=None, position_ids=None, layer_past=None,
+                   use_cache=False, output_attentions=False, position_embeddings=None, **kwargs):
+    """Falcon's attention (module docstring)."""
+    from transformers.models.falcon.modeling_falcon import apply_rotary_pos_emb
+
+    s = session()
+    bsz, seq, _ = hidden_states.shape
+    heads, kv, hd = self.num_heads, self.num_kv_heads, self.head_dim
+    fused = self.query_key_value(hidden_states)
+    if self.new_decoder_architecture:  # per KV group: its queries, then one key and one value
+        qkv = fused.view(bsz, seq, kv, heads // kv + 2, hd)
+        q, k, v = qkv[:, :, :, :-2].reshape(bsz, seq, heads, hd), qkv[:, :, :, -2], qkv[:, :, :, -1]
+    elif self.multi_query:
+        qkv = fused.view(bsz, seq, heads + 2, hd)
+        q, k, v = qkv[:, :, :-2], qkv[:, :, -2:-1], qkv[:, :, -1:]
+    else:
+        qkv = fused.view(bsz, seq, heads, 3, hd)
+        q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    if not self.config.alibi:
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    out = torch.ops.perfcast.attention(q, k, v, s.past, True, 0, False, 0, 0, 0.0)
+    return self.dense(out.reshape(bsz, seq, heads * hd)), None
+
+
 HANDLERS.register("mla")(_forward(mla_forward))
 HANDLERS.register("dsa")(_forward(dsa_forward))
 HANDLERS.register("gated_delta_net")(_forward(gdn_forward))
+HANDLERS.register("falcon")(_forward(falcon_forward))

@@ -105,15 +105,18 @@ def canonical_config(data: dict, arch: Architecture) -> dict:
     """The config with perfcast's key names (``n_embd`` → ``hidden_size``) and the config class's
     defaults for the keys the file leaves out (``derived``)."""
     out = {arch.keys.get(k, k): v for k, v in data.items()}
-    for key, rule in arch.derived.items():
-        if out.get(key) is not None:
-            continue
-        if "product" in rule:
-            base, factor = rule["product"]
-            if out.get(base) is not None:
-                out[key] = int(out[base]) * int(factor)
-        elif all(out.get(k, False) == v for k, v in rule["when"].items()):
-            out[key] = rule["value"]
+    for key, rules in arch.derived.items():
+        for rule in rules if isinstance(rules, list) else [rules]:
+            if out.get(key) is not None:
+                break
+            if "product" in rule:
+                base, factor = rule["product"]
+                if out.get(base) is not None:
+                    out[key] = int(out[base]) * int(factor)
+            elif "copy" in rule:
+                out[key] = out.get(rule["copy"])
+            elif all(out.get(k, False) == v for k, v in rule["when"].items()):
+                out[key] = rule["value"]
     return out
 
 
