@@ -196,3 +196,26 @@ def test_falcon_multi_query_caches_one_kv_head(tmp_path):
     r = simulate(Request(m, get_device(DEVICE), engine="vllm", num_queries=2, context_length=64, decode=True))
     assert not r.lowered.unknown and r.memory.kv_cache_bytes_per_token == 60 * 1 * 64 * 2 * 2
 
+
+
+@pytest.mark.parametrize("name", ["glm-5", "qwen3.5-397b-a17b"])
+@pytest.mark.parametrize("decode", [False, True])
+def test_symbolic_capture_of_the_new_mixers_matches_a_concrete_capture(tmp_path, monkeypatch, name, decode):
+    """DSA and Gated DeltaNet keep the symbolic capture exact: the cached (B, S, C) capture
+    lowered at a point is the concrete capture's graph, leaf for leaf."""
+    from perfcast.capture.cache import symbolic_capture, valid_at
+    from perfcast.ir import dim
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    m = load_model_config(name)
+    sym, _ = symbolic_capture(m, dtype="bf16", decode=decode, context=decode)
+    b, s, c = 3, 9, 40
+    point = {dim("B"): b, dim("S"): s, dim("C"): c}
+    assert valid_at(sym, point)
+    concrete = lower(capture(hf_config(m), batch=b, new_tokens=1 if decode else s, past=c if decode else 0,
+                             decode=decode))
+
+    def structure(low):
+        return [(v.trips, v.op.kind, v.op.attr("module"), v.op.cost) for v in walk(low.graph) if isinstance(v.op, Leaf)]
+
+    assert structure(lower(sym, point=point)) == structure(concrete)
