@@ -45,6 +45,9 @@ SIZES = {
     # 40,770,600,960; + the tied embedding 65,024·8,192 = 532,676,608; + ln_f 16,384.
     # tiiuae/falcon-40b model card: "a 40B parameters causal decoder-only model".
     "falcon-40b": (41_303_293_952, 40e9, 0.035),
+    # Gemma 2 report (arXiv:2408.00118) Table 2, 9B: 917,504,000 embedding (256,000 × 3,584, tied)
+    # + 8,324,201,984 non-embedding parameters
+    "gemma-2-9b": (9_241_705_984, 917_504_000 + 8_324_201_984, 0),
 }
 
 
@@ -102,6 +105,7 @@ KV_PER_TOKEN = {
     "qwen3.5-397b-a17b": 15 * 2 * 256 * 2 * 2,  # hybrid: only the 15 full-attention layers cache = 30,720
     "gpt-j-6b": 28 * 16 * 256 * 2 * 2,  # MHA: every head caches its K and V = 458,752
     "falcon-40b": 60 * 8 * 64 * 2 * 2,  # grouped: 8 KV heads for 128 query heads = 122,880
+    "gemma-2-9b": 42 * 8 * 256 * 2 * 2,  # GQA, every layer (windows cap the tokens, not the entry) = 344,064
 }
 
 
@@ -219,3 +223,22 @@ def test_symbolic_capture_of_the_new_mixers_matches_a_concrete_capture(tmp_path,
         return [(v.trips, v.op.kind, v.op.attr("module"), v.op.cost) for v in walk(low.graph) if isinstance(v.op, Leaf)]
 
     assert structure(lower(sym, point=point)) == structure(concrete)
+
+
+def test_gemma2_alternates_sliding_and_global_layers_with_soft_capping():
+    """Gemma 2: even layers attend a 4,096-token window, odd layers everything (21 of each); both
+    soft-cap their scores at 50 (3 more vector FLOPs per pair) and the logits at 30."""
+    cap = _decode_capture("gemma-2-9b")
+    assert sorted((g.count, g.representative) for g in cap.groups) == [(21, 0), (21, 1)]
+    attn = {r.layer: r.scalars for r in cap.records if r.op == "perfcast.attention.default"}
+    assert attn[0][2] == 4096 and attn[1][2] == 0 and attn[0][6] == attn[1][6] == 50.0
+    assert [r.op for r in cap.records if r.module == "logits_softcap"] == [
+        "aten.div.Tensor", "aten.tanh.default", "aten.mul.Tensor"]
+    # 6,000 cached tokens: the 21 sliding layers hold 4,096 of them (+ the new one), the others 6,001
+    r = simulate(Request(load_model_config("gemma-2-9b"), get_device(DEVICE), engine="vllm",
+                         num_queries=1, context_length=6000, decode=True))
+    entry = 8 * 256 * 2 * 2
+    assert r.memory.kv_cache_bytes == 21 * 4096 * entry + 21 * 6001 * entry
+    leaf = next(v.op for v in walk(lower(cap).graph) if isinstance(v.op, Leaf) and v.op.kind == "attention")
+    # decode, 17 keys (16 cached + 1), 16 heads, 2 sequences: 8 vector FLOPs per pair
+    assert leaf.cost.get("flops.vector") == 8 * 2 * 16 * 17

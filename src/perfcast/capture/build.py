@@ -180,7 +180,11 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
             if not decode:
                 h = h[:, -1:, :]  # logits for the last position of each sequence only
             recorder.module = "lm_head"
-            model.lm_head(h)
+            logits = model.lm_head(h)
+            cap = getattr(model.config, "final_logit_softcapping", None)
+            if cap:  # Gemma 2 (modeling_gemma2.py Gemma2ForCausalLM.forward): cap·tanh(logits/cap)
+                recorder.module = "logits_softcap"
+                torch.tanh(logits / cap) * cap
     finally:
         for hk in hooks:
             hk.remove()
