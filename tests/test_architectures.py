@@ -48,6 +48,11 @@ SIZES = {
     # Gemma 2 report (arXiv:2408.00118) Table 2, 9B: 917,504,000 embedding (256,000 × 3,584, tied)
     # + 8,324,201,984 non-embedding parameters
     "gemma-2-9b": (9_241_705_984, 917_504_000 + 8_324_201_984, 0),
+    # 40 layers × (qkv_proj 5,120·(40 + 2·10)·128 = 39,321,600; o_proj 5,120² = 26,214,400;
+    # gate_up_proj 5,120·2·17,920 = 183,500,800; down_proj 17,920·5,120 = 91,750,400; norms
+    # 2·5,120) = 40 × 340,797,440 = 13,631,897,600; + embedding and lm_head 2·32,064·5,120 =
+    # 328,335,360; + final norm 5,120. Phi-3 report (arXiv:2404.14219): "phi-3-medium, 14B".
+    "phi-3-medium-4k": (13_960_238_080, 14e9, 0.003),
 }
 
 
@@ -106,6 +111,7 @@ KV_PER_TOKEN = {
     "gpt-j-6b": 28 * 16 * 256 * 2 * 2,  # MHA: every head caches its K and V = 458,752
     "falcon-40b": 60 * 8 * 64 * 2 * 2,  # grouped: 8 KV heads for 128 query heads = 122,880
     "gemma-2-9b": 42 * 8 * 256 * 2 * 2,  # GQA, every layer (windows cap the tokens, not the entry) = 344,064
+    "phi-3-medium-4k": 40 * 10 * 128 * 2 * 2,  # fused qkv_proj, 10 KV heads = 204,800
 }
 
 
