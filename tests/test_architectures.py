@@ -53,6 +53,10 @@ SIZES = {
     # 2·5,120) = 40 × 340,797,440 = 13,631,897,600; + embedding and lm_head 2·32,064·5,120 =
     # 328,335,360; + final norm 5,120. Phi-3 report (arXiv:2404.14219): "phi-3-medium, 14B".
     "phi-3-medium-4k": (13_960_238_080, 14e9, 0.003),
+    # Llama 4 model cards: Scout "17B active, 109B total", Maverick "17B active, 400B total", both
+    # with the vision encoder, which perfcast does not count (the text model only)
+    "llama-4-scout": (107_769_861_120, 109e9, 0.015),
+    "llama-4-maverick": (400_711_848_960, 400e9, 0.005),
 }
 
 
@@ -248,3 +252,35 @@ def test_gemma2_alternates_sliding_and_global_layers_with_soft_capping():
     leaf = next(v.op for v in walk(lower(cap).graph) if isinstance(v.op, Leaf) and v.op.kind == "attention")
     # decode, 17 keys (16 cached + 1), 16 heads, 2 sequences: 8 vector FLOPs per pair
     assert leaf.cost.get("flops.vector") == 8 * 2 * 16 * 17
+
+
+def test_llama4_chunked_rope_layers_and_global_nope_layers():
+    """Llama 4 Maverick: every 4th layer is a global NoPE layer, the others attend within
+    8,192-token chunks; every 2nd layer is MoE (128 experts, top 1, plus the shared expert), the
+    others dense. After 9,000 cached tokens a chunked layer reads the 9,000 − 8,192 = 808 tokens
+    of its chunk (+ the new one), a global layer all 9,001."""
+    cap = capture(hf_config(load_model_config("llama-4-maverick")), batch=2, new_tokens=1, past=9000, decode=True)
+    assert sorted((g.count, g.representative) for g in cap.groups) == [(12, 1), (12, 3), (24, 0)]
+    attn = {r.layer: r.scalars for r in cap.records if r.op == "perfcast.attention.default"}
+    assert attn[0][0] == attn[1][0] == 808 and attn[0][5] == attn[1][5] == 8192
+    assert attn[3][0] == 9000 and attn[3][5] == 0
+    moe = {r.layer: r.scalars for r in cap.records if r.op == "perfcast.moe_experts.default"}
+    assert moe == {1: (1, 128), 3: (1, 128)}
+
+
+def test_chunked_attention_pairs():
+    from perfcast.ir.rules import chunked_pairs
+
+    # a 10,000-token prefill in chunks of 8,192: 8,192·8,193/2 + 1,808·1,809/2
+    assert chunked_pairs(10_000, 0, 8192) == 8192 * 8193 // 2 + 1808 * 1809 // 2
+    # one decode token with 808 of its chunk cached: 809 keys
+    assert chunked_pairs(1, 808, 8192) == 809
+
+
+def test_every_kind_has_a_capture_handler():
+    from perfcast.capture import substitutions
+    from perfcast.models.architecture import KINDS, table
+
+    assert set(substitutions.HANDLERS.keys()) == set(KINDS)
+    used = {kind for row in table().values() for kind in row.parts.values()}
+    assert used <= set(KINDS)

@@ -34,8 +34,10 @@ def layer_signature(layer: torch.nn.Module) -> tuple:
     parts = []
     for name, mod in layer.named_modules():
         own = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in mod.named_parameters(recurse=False))
-        extra = (getattr(mod, "sliding_window", None), getattr(mod, "layer_type", None),
-                 getattr(mod, "attention_type", None))
+        # the layer type also from the config's layer_types (Llama 4's chunked and NoPE layers
+        # have the same modules), and whether the module applies RoPE
+        extra = (getattr(mod, "sliding_window", None), serving.layer_type(mod),
+                 getattr(mod, "attention_type", None), getattr(mod, "use_rope", None))
         parts.append((name, type(mod).__name__, own, extra))
     return tuple(parts)
 

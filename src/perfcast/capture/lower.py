@@ -34,7 +34,7 @@ FREE = frozenset({
     "as_strided", "alias", "detach", "lift_fresh", "device", "empty", "empty_like",
     "empty_strided", "new_empty", "new_empty_strided", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "view_as", "expand_as", "unflatten", "flatten", "dim", "is_same_size",
-    "_local_scalar_dense", "arange",
+    "_local_scalar_dense", "arange", "view_as_complex", "view_as_real",
 })
 
 _ELEMENTWISE = {
@@ -45,7 +45,7 @@ _ELEMENTWISE = {
     "bitwise_or", "erf", "sign", "floor", "ceil", "round", "add_", "sub_", "mul_", "div_",
     "masked_fill_", "clamp_", "exp_", "sigmoid_", "silu_", "gelu_", "tanh_", "relu_", "lerp",
     "addcmul", "addcdiv", "fmod", "remainder", "isinf", "isnan", "logical_xor", "floor_divide",
-    "softplus",
+    "softplus", "polar",
 }
 _TABLE: dict[str, str] = {
     **{op: "elementwise" for op in _ELEMENTWISE},

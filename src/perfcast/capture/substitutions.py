@@ -29,6 +29,12 @@ runs:
   ``num_kv_heads``). ALiBi's bias is applied in the kernel's scale-and-mask step
   (FlashAttention's ``alibi_slopes``), which the attention rule's per-score vector FLOPs count.
 
+- ``llama4_moe`` (Llama 4): transformers runs every token through every expert, scaled by a
+  dense score matrix (``Llama4TextMoe.forward``); vLLM's Llama4MoE runs FusedMoE with a custom
+  routing function — the top-k router logits, their sigmoid applied to the expert input
+  (``apply_router_weight_on_input``) — plus the shared expert: one ``perfcast.moe_experts`` of
+  ``num_experts_per_tok`` experts per token, and the shared MLP as transformers runs it.
+
 A module of a mixer-like class (its name ends in Attention, DeltaNet, Mixer, Experts …) that the
 row does not list is refused by name: its cost would otherwise be the torch fallback's.
 """
@@ -54,12 +60,18 @@ _PART = re.compile(r"(Attention|Attn|DeltaNet|Mamba\w*|Mixer|Experts|SSM|Retenti
 
 def apply(model: torch.nn.Module, arch: Architecture) -> None:
     """Install the serving forms of ``arch``'s parts in the built ``model``; refuse a module of
-    a mixer-like class the row does not list."""
-    for _, mod in model.named_modules():
+    a mixer-like class the row does not list. A part whose forward is replaced owns its
+    submodules (Llama 4's experts run inside its MoE block's serving form)."""
+    owned: list[str] = []
+    for name, mod in model.named_modules():
         cls = type(mod).__name__
         kind = arch.parts.get(cls)
+        if any(name.startswith(p + ".") for p in owned):
+            continue
         if kind is not None:
             HANDLERS[kind](mod, model.config)
+            if kind not in ("attention", "experts"):
+                owned.append(name)
         elif _PART.search(cls):
             raise UserError(f"model_type {arch.model_type!r}: its module {cls} is not one perfcast knows "
                             f"(known kinds: {', '.join(KINDS)}; add it to src/perfcast/models/architectures.yaml)")
@@ -231,7 +243,31 @@ def falcon_forward(self, hidden_states, alibi=None, attention_mask=None, positio
     return self.dense(out.reshape(bsz, seq, heads * hd)), None
 
 
+def _llama4_router(self, x):
+    """Top-k router logits and their sigmoid (vllm/model_executor/models/llama4.py:
+    Llama4MoE.custom_routing_function)."""
+    logits = torch.nn.functional.linear(x, self.weight)
+    top, index = torch.topk(logits, self.top_k, dim=1)
+    return torch.sigmoid(top.float()).to(x.dtype), index
+
+
+def llama4_moe_forward(self, hidden_states):
+    """Llama 4's MoE block (module docstring); the router weight scales the expert input inside
+    the fused kernel, as vLLM applies it."""
+    x = hidden_states.reshape(-1, self.hidden_dim)
+    _, index = self.router(x)
+    routed = torch.ops.perfcast.moe_experts(x, self.experts.gate_up_proj, self.experts.down_proj, index,
+                                            int(self.top_k), int(self.num_experts))
+    return self.shared_expert(x) + routed, None
+
+
+def _install_llama4_moe(mod, config):
+    _forward(llama4_moe_forward)(mod, config)
+    _forward(_llama4_router)(mod.router, config)
+
+
 HANDLERS.register("mla")(_forward(mla_forward))
 HANDLERS.register("dsa")(_forward(dsa_forward))
 HANDLERS.register("gated_delta_net")(_forward(gdn_forward))
 HANDLERS.register("falcon")(_forward(falcon_forward))
+HANDLERS.register("llama4_moe")(_install_llama4_moe)

@@ -17,6 +17,7 @@ _BYTES: dict[str, sympy.Rational] = {
     "bool": sympy.Integer(1),
     "fp4": sympy.Rational(1, 2),
     "int4": sympy.Rational(1, 2),
+    "complex64": sympy.Integer(8),  # two fp32: Llama 4's rotary tables and rotations (torch.polar)
 }
 
 DTYPES: tuple[str, ...] = tuple(_BYTES)
