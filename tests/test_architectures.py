@@ -57,6 +57,9 @@ SIZES = {
     # with the vision encoder, which perfcast does not count (the text model only)
     "llama-4-scout": (107_769_861_120, 109e9, 0.015),
     "llama-4-maverick": (400_711_848_960, 400e9, 0.005),
+    # Gemma 3 report (arXiv:2503.19786) Table 1, 12B: 10,759M non-embedding parameters; + the
+    # tied embedding 262,208 × 3,840 = 1,006,878,720 (the vision encoder's 417M not counted)
+    "gemma-3-12b": (11_766_034_176, 10_759e6 + 1_006_878_720, 0.0001),
 }
 
 
@@ -116,6 +119,7 @@ KV_PER_TOKEN = {
     "falcon-40b": 60 * 8 * 64 * 2 * 2,  # grouped: 8 KV heads for 128 query heads = 122,880
     "gemma-2-9b": 42 * 8 * 256 * 2 * 2,  # GQA, every layer (windows cap the tokens, not the entry) = 344,064
     "phi-3-medium-4k": 40 * 10 * 128 * 2 * 2,  # fused qkv_proj, 10 KV heads = 204,800
+    "gemma-3-12b": 48 * 8 * 256 * 2 * 2,  # GQA, 40 local layers windowed at 1,024 tokens = 393,216
 }
 
 
@@ -128,7 +132,11 @@ def test_kv_cache_bytes_per_token_by_hand(model):
         # 45 Gated DeltaNet layers keep per sequence a 64 × 128 × 128 fp32 state (4,194,304 B) and
         # the conv state: (2·16·128 + 64·128 = 12,288 channels) × (4 − 1) taps × 2 B = 73,728 B
         state = 45 * (64 * 128 * 128 * 4 + 12_288 * 3 * 2)
-    assert r.memory.kv_cache_bytes == B * (CONTEXT + 1) * KV_PER_TOKEN[model] + B * state
+    tokens = CONTEXT + 1
+    if model == "gemma-3-12b":  # the 40 local layers keep the last 1,024 of the 1,025 tokens
+        assert r.memory.kv_cache_bytes == B * (40 * 1024 + 8 * tokens) * 8 * 256 * 2 * 2
+        return
+    assert r.memory.kv_cache_bytes == B * tokens * KV_PER_TOKEN[model] + B * state
 
 
 def test_glm5_layer_runs_the_indexer_and_the_sparse_attention_once():
@@ -284,3 +292,12 @@ def test_every_kind_has_a_capture_handler():
     assert set(substitutions.HANDLERS.keys()) == set(KINDS)
     used = {kind for row in table().values() for kind in row.parts.values()}
     assert used <= set(KINDS)
+
+
+def test_gemma3_five_local_layers_per_global_layer():
+    """Gemma 3 12B: of every 6 layers 5 attend a 1,024-token window with the local RoPE base and
+    the 6th attends everything: 40 local and 8 global layers, each kind with its own rotary table."""
+    cap = _decode_capture("gemma-3-12b")
+    assert sorted((g.count, g.representative) for g in cap.groups) == [(8, 5), (40, 0)]
+    attn = {r.layer: r.scalars for r in cap.records if r.op == "perfcast.attention.default"}
+    assert attn[0][2] == 1024 and attn[5][2] == 0

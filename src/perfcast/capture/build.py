@@ -171,11 +171,11 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     try:
         with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
             h = embed(ids)
-            pe = rotary(h, positions) if rotary is not None else None
+            pe = _rotary_tables(rotary, h, positions, model.config)
             for g in groups:
                 recorder.layer = g.representative
                 layer = layers[g.representative]
-                h = layer(h, **_layer_kwargs(layer, pe, positions))
+                h = layer(h, **_layer_kwargs(layer, pe(g.representative), positions))
                 h = h[0] if isinstance(h, tuple) else h
             recorder.layer = None
             h = norm(h)
@@ -196,6 +196,21 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
                  if str(s) in symbols}
         guards = tuple(g.expr.xreplace(names) for g in shape_env.guards)
     return Capture(recorder.records, groups, params, _linear_params(model, arch), symbols, guards)
+
+
+def _rotary_tables(rotary, h, positions, config):
+    """layer index -> its rotary tables: one table for all layers, or one per layer type where
+    the rotary module takes one (Gemma 3: local and global layers have their own RoPE bases),
+    or None (no shared rotary module: GPT-J and Falcon rotate inside their attention, or ALiBi)."""
+    import inspect
+
+    if rotary is None:
+        return lambda i: None
+    if "layer_type" in inspect.signature(rotary.forward).parameters:
+        tables = {t: rotary(h, positions, t) for t in dict.fromkeys(config.layer_types)}
+        return lambda i: tables[config.layer_types[i]]
+    table = rotary(h, positions)
+    return lambda i: table
 
 
 def _layer_kwargs(layer, pe, positions) -> dict:
