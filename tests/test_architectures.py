@@ -60,6 +60,10 @@ SIZES = {
     # Gemma 3 report (arXiv:2503.19786) Table 1, 12B: 10,759M non-embedding parameters; + the
     # tied embedding 262,208 × 3,840 = 1,006,878,720 (the vision encoder's 417M not counted)
     "gemma-3-12b": (11_766_034_176, 10_759e6 + 1_006_878_720, 0.0001),
+    # 36 layers × (q, o 2·4,096²; k, v 2·4,096·1,024; MLP 3·4,096·12,288; norms 2·4,096) =
+    # 36 × 192,946,176 = 6,946,062,336; + embedding and lm_head 2·131,072·4,096 = 1,073,741,824;
+    # + final norm 4,096. Ministral-8B-Instruct-2410 model card: "8.0B".
+    "ministral-8b": (8_019_808_256, 8.0e9, 0.005),
 }
 
 
@@ -301,3 +305,21 @@ def test_gemma3_five_local_layers_per_global_layer():
     assert sorted((g.count, g.representative) for g in cap.groups) == [(8, 5), (40, 0)]
     attn = {r.layer: r.scalars for r in cap.records if r.op == "perfcast.attention.default"}
     assert attn[0][2] == 1024 and attn[5][2] == 0
+
+
+@pytest.mark.parametrize("model_type", ["ministral", "ministral3"])
+def test_rows_without_a_shipped_config_capture(tmp_path, model_type):
+    """The Ministral (layer_types) and Ministral 3 rows: a two-layer config of each captures in
+    both phases with every op priced."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, "hidden_size": 256, "intermediate_size": 512,
+                                "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+                                "head_dim": 32, "vocab_size": 1000, "sliding_window": 64,
+                                "layer_types": ["sliding_attention", "full_attention"]}))
+    cfg = hf_config(load_model_config(str(path)))
+    for decode in (False, True):
+        cap = capture(cfg, batch=2, new_tokens=1 if decode else 8, past=100 if decode else 0, decode=decode)
+        assert not lower(cap).unknown
+        windows = {r.layer: r.scalars[2] for r in cap.records if r.op == "perfcast.attention.default"}
+        if model_type == "ministral":  # per layer_types: the first layer windowed, the second not
+            assert windows == {0: 64, 1: 0}
