@@ -323,3 +323,10 @@ def test_rows_without_a_shipped_config_capture(tmp_path, model_type):
         windows = {r.layer: r.scalars[2] for r in cap.records if r.op == "perfcast.attention.default"}
         if model_type == "ministral":  # per layer_types: the first layer windowed, the second not
             assert windows == {0: 64, 1: 0}
+
+
+@pytest.mark.parametrize("model", ["gpt-j-6b", "falcon-40b"])
+def test_tensor_parallelism_is_refused_where_heads_are_sized_from_the_hidden_size(model):
+    with pytest.raises(UserError, match=r"--tp-size 2: .* sizes its heads as hidden / heads"):
+        simulate(Request(load_model_config(model), get_device(DEVICE), engine="vllm", num_queries=2,
+                         context_length=64, decode=True, layout=Layout(tp=2)))

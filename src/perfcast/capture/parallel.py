@@ -98,6 +98,11 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
     if num_devices is not None and num_devices != layout.num_devices:
         raise UserError(f"--num-devices {num_devices} ≠ --tp-size {layout.tp} × --dp-size {layout.dp} × "
                         f"--pp-size {layout.pp} = {layout.num_devices}")
+    arch = architecture(cfg["model_type"])
+    if layout.tp > 1 and arch.head_projections:
+        raise UserError(f"--tp-size {layout.tp}: {model}'s attention sizes its heads as hidden / heads "
+                        f"({', '.join(arch.parts)}), so the per-rank capture cannot divide its heads yet; "
+                        f"use --tp-size 1 (with --dp-size or --pp-size)")
     heads, kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
     if heads % layout.tp:
         raise UserError(f"--tp-size {layout.tp} does not divide the {heads} attention heads of {model}")
