@@ -168,8 +168,8 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
         if cfg.get(key):
             out[key] = int(cfg[key]) // div
     out["vocab_size"] = -(-int(cfg["vocab_size"]) // tp)  # vocab-parallel: ceil(V / tp) rows each
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids of the whole vocabulary
-        if key in out and tp > 1:
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids of the whole vocabulary (also
+        if tp > 1:  # the config class's defaults: MiniMax-M2's file states none of them)
             out[key] = None
     return out
 
