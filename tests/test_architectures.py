@@ -53,6 +53,9 @@ SIZES = {
     # 2·5,120) = 40 × 340,797,440 = 13,631,897,600; + embedding and lm_head 2·32,064·5,120 =
     # 328,335,360; + final norm 5,120. Phi-3 report (arXiv:2404.14219): "phi-3-medium, 14B".
     "phi-3-medium-4k": (13_960_238_080, 14e9, 0.003),
+    # Phi-3-medium's layers (40 × 340,797,440 = 13,631,897,600) with the 100,352-token vocabulary
+    # (2·100,352·5,120 = 1,027,604,480) + 5,120. Phi-4 report (arXiv:2412.08905): "14-billion".
+    "phi-4": (14_659_507_200, 14e9, 0.05),
     # Llama 4 model cards: Scout "17B active, 109B total", Maverick "17B active, 400B total", both
     # with the vision encoder, which perfcast does not count (the text model only)
     "llama-4-scout": (107_769_861_120, 109e9, 0.015),
