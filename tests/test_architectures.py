@@ -328,8 +328,21 @@ def test_rows_without_a_shipped_config_capture(tmp_path, model_type):
             assert windows == {0: 64, 1: 0}
 
 
-@pytest.mark.parametrize("model", ["gpt-j-6b", "falcon-40b"])
-def test_tensor_parallelism_is_refused_where_heads_are_sized_from_the_hidden_size(model):
-    with pytest.raises(UserError, match=r"--tp-size 2: .* sizes its heads as hidden / heads"):
-        simulate(Request(load_model_config(model), get_device(DEVICE), engine="vllm", num_queries=2,
+def test_gptj_tensor_parallel_rank_keeps_the_head_size():
+    """GPT-J sizes its heads as n_embd / n_head; at tp 2 a rank holds 8 heads of 256, so its
+    q/k/v/out projections are 4,096 × 2,048 and its cache half the model's. Per rank: 28 ×
+    (4 · 4,096 · 2,048 + fc_in 4,096 · 8,192 + 8,192 + fc_out 8,192 · 4,096 + 4,096 + LayerNorm
+    8,192) = 28 × 100,683,776 = 2,819,145,728; + wte and lm_head rows 25,200 · 4,096 each and the
+    lm_head bias 25,200; + ln_f 8,192 = 3,025,617,520."""
+    r = simulate(Request(load_model_config("gpt-j-6b"), get_device(DEVICE), engine="vllm", num_queries=8,
+                         context_length=1024, decode=True, layout=Layout(tp=2)))
+    assert not r.lowered.unknown
+    assert r.memory.parameters == 3_025_617_520
+    assert r.memory.kv_cache_bytes_per_token == 28 * 8 * 256 * 2 * 2
+
+
+def test_falcon_tensor_parallelism_is_refused_with_its_reason():
+    with pytest.raises(UserError, match=r"--tp-size 2: falcon-40b \(falcon\): FalconAttention and "
+                                        r"FalconRotaryEmbedding size the head as hidden / heads"):
+        simulate(Request(load_model_config("falcon-40b"), get_device(DEVICE), engine="vllm", num_queries=2,
                          context_length=64, decode=True, layout=Layout(tp=2)))

@@ -83,6 +83,8 @@ def build_model(config, dtype: str):
         model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
                                  attn_implementation=arch.attn_implementation or serving.IMPL,
                                  experts_implementation=serving.IMPL)
+    if getattr(config, "perfcast_head_dim", None) and arch.head_projections:
+        substitutions.resize_heads(model, arch, int(config.perfcast_head_dim))
     substitutions.apply(model, arch)
     return model.eval()
 

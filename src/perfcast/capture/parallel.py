@@ -99,9 +99,8 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
         raise UserError(f"--num-devices {num_devices} ≠ --tp-size {layout.tp} × --dp-size {layout.dp} × "
                         f"--pp-size {layout.pp} = {layout.num_devices}")
     arch = architecture(cfg["model_type"])
-    if layout.tp > 1 and arch.head_projections:
-        raise UserError(f"--tp-size {layout.tp}: {model}'s attention sizes its heads as hidden / heads "
-                        f"({', '.join(arch.parts)}), so the per-rank capture cannot divide its heads yet; "
+    if layout.tp > 1 and arch.no_tensor_parallel:
+        raise UserError(f"--tp-size {layout.tp}: {model} ({arch.model_type}): {arch.no_tensor_parallel}; "
                         f"use --tp-size 1 (with --dp-size or --pp-size)")
     heads, kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
     if heads % layout.tp:
@@ -159,8 +158,11 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
     tp = layout.tp
     heads = int(cfg["num_attention_heads"])
     if tp > 1 and not cfg.get("head_dim") and "kv_lora_rank" not in cfg:
-        # the head size defaults to hidden / heads: keep the whole model's (MLA sizes its heads itself)
-        out["head_dim"] = int(cfg["hidden_size"]) // heads
+        # the head size defaults to hidden / heads: keep the whole model's (MLA sizes its heads
+        # itself); an attention that derives it from hidden / heads has its projections resized
+        # by the capture (the row's head_projections)
+        key = "perfcast_head_dim" if architecture(cfg["model_type"]).head_projections else "head_dim"
+        out[key] = int(cfg["hidden_size"]) // heads
     out["num_attention_heads"] = heads // tp
     if cfg.get("num_key_value_heads"):
         out["num_key_value_heads"] = max(1, int(cfg["num_key_value_heads"]) // tp)

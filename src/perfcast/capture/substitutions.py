@@ -77,6 +77,23 @@ def apply(model: torch.nn.Module, arch: Architecture) -> None:
                             f"(known kinds: {', '.join(KINDS)}; add it to src/perfcast/models/architectures.yaml)")
 
 
+def resize_heads(model: torch.nn.Module, arch: Architecture, head_dim: int) -> None:
+    """One tensor-parallel rank of an attention that sizes its heads as hidden / heads (GPT-J):
+    the config holds the rank's heads, ``head_dim`` is the whole model's head size; the row's
+    ``head_projections`` are rebuilt (on the meta device) at heads × head size on their ``in`` or
+    ``out`` side, as Megatron's column/row-parallel split leaves them on each rank."""
+    for mod in model.modules():
+        if arch.parts.get(type(mod).__name__) != "attention":
+            continue
+        width = int(getattr(mod, "num_attention_heads", None) or mod.num_heads) * head_dim
+        mod.head_dim = head_dim
+        for name, side in arch.head_projections.items():
+            lin = getattr(mod, name)
+            shape = (width, lin.out_features) if side == "in" else (lin.in_features, width)
+            setattr(mod, name, torch.nn.Linear(*shape, bias=lin.bias is not None, device="meta",
+                                               dtype=lin.weight.dtype))
+
+
 def _forward(fn):
     def install(mod, config):
         mod.forward = types.MethodType(fn, mod)

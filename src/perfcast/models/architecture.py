@@ -21,7 +21,7 @@ from perfcast.ir import UserError
 
 _ROW_KEYS = frozenset({"description", "language_model", "keys", "derived", "modules", "layers", "parts",
                        "attn_implementation", "experts", "dense_intermediate", "tensor_parallel",
-                       "head_projections", "sources"})
+                       "head_projections", "no_tensor_parallel", "sources"})
 #: the perfcast kinds a row may name (perfcast.capture.substitutions registers one handler each)
 KINDS = ("attention", "mla", "dsa", "gated_delta_net", "falcon", "experts", "llama4_moe")
 
@@ -41,6 +41,7 @@ class Architecture:
     dense_intermediate: tuple = ()
     tensor_parallel: tuple = ()
     head_projections: dict = field(default_factory=dict)
+    no_tensor_parallel: str | None = None
     sources: tuple = ()
 
     def canonical(self, path: str) -> str:
@@ -84,7 +85,8 @@ def table() -> dict[str, Architecture]:
             dict(row.get("derived") or {}), dict(row.get("modules") or {}), row.get("layers", "model.layers"),
             dict(row.get("parts") or {}), row.get("attn_implementation"), dict(row.get("experts") or {}),
             tuple(row.get("dense_intermediate") or ()), tuple(row.get("tensor_parallel") or ()),
-            dict(row.get("head_projections") or {}), tuple(row.get("sources") or ()))
+            dict(row.get("head_projections") or {}), row.get("no_tensor_parallel"),
+            tuple(row.get("sources") or ()))
     return out
 
 
