@@ -196,7 +196,7 @@ def test_newest_version_by_release_order(tmp_path):
 # ---- MLA and custom all-reduce lookups on the shipped databases -----------------------------
 
 def _mla_decode(batch, past, heads=16, rank=512, rope=64, kv="bf16"):
-    """The absorbed decode leaf of ``capture/serving.py`` ``mla_forward``: one latent KV head."""
+    """The absorbed decode leaf of ``capture/substitutions.py`` ``mla_forward``: one latent KV head."""
     q = Tensor("q", (batch, heads, 1, rank + rope), "bf16")
     k = Tensor("kv", (batch, 1, past + 1, rank + rope), kv)
     v = Tensor("latent", (batch, 1, past + 1, rank), kv)

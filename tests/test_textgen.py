@@ -158,7 +158,7 @@ def test_bad_config_files(cli, tmp_path):
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr
     bad.write_text(json.dumps({"model_type": "bert"}))
     proc = cli("text-generate", str(bad))
-    assert proc.returncode == 2 and "'bert' is not supported" in proc.stderr
+    assert proc.returncode == 2 and "'bert' is not an architecture perfcast knows" in proc.stderr
     bad.write_text(json.dumps({"hidden_size": 1}))
     proc = cli("text-generate", str(bad))
     assert proc.returncode == 2 and "key 'model_type'" in proc.stderr

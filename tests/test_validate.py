@@ -85,6 +85,24 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
     assert fp8.model == "llama-3.1-8b" and "same architecture" in fp8.notes[0]
 
 
+@pytest.mark.parametrize("row_id, catalog, argv", [
+    ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606", "minimax-m2.5",
+     "--num-queries 8 --context-length 8704 --tp-size 4 --quantize fp8"),  # 8,704 = 8,192 + 1,024 / 2
+    ("2026_03_25_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x8192_c64_tp8_0_ep8_0_582", "qwen3.5-397b-a17b",
+     "--num-queries 64 --context-length 5120 --tp-size 8 --ep-size 8 --quantize fp8"),
+    ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597", "kimi-k2.5",
+     "--num-queries 4 --context-length 8704 --tp-size 8 --quantize w4a16"),
+    ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5",
+     "--num-queries 4 --context-length 1536 --tp-size 8 --quantize fp8"),
+])
+def test_the_sample_architectures_map_to_catalog_models(rows, row_id, catalog, argv):
+    """The silicon sample's MiniMax-M2.5, Qwen3.5-MoE, Kimi-K2.5 and GLM-5 rows map to their
+    catalog models, with the row's layout and quantization."""
+    c = silicon.map_row(rows[row_id])
+    assert c.predictable and c.model == catalog and c.family == catalog
+    assert command(c) == f"perfcast text-generate {catalog} --device h200-sxm --decode {argv}"
+
+
 @pytest.mark.parametrize("changes, quantize, approx", [
     ({"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}, "fp8", None),
     ({"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}, "fp8_block", None),
@@ -135,10 +153,6 @@ def test_blackwell_systems_map_to_their_devices(llama, system, device):
 
 @pytest.mark.parametrize("changes, reason", [
     ({"system": "l40s"}, "unknown device l40s"),
-    ({"model_path": "MiniMaxAI/MiniMax-M2.5"}, "unsupported architecture minimax_m2"),
-    ({"model_path": "Qwen/Qwen3.5-397B-A17B"}, "unsupported architecture qwen3_5_moe"),
-    ({"model_path": "moonshotai/Kimi-K2.5"}, "unsupported architecture kimi_k25"),
-    ({"model_path": "zhipuai/GLM-5"}, "unsupported architecture glm_moe_dsa"),
     ({"model_path": "org/New"}, "unknown model org/New (not in perfcast's mapping table)"),
     ({"backend": "tgi"}, "unknown backend tgi (known: trtllm, vllm, sglang)"),
     ({"mode": "offline"}, "unknown mode 'offline' (expected agg, disagg, static)"),
@@ -456,7 +470,9 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
                 assert s["n"] == entry["predicted"]
                 assert all(math.isfinite(s[k]) for k in ("median_abs", "p90_abs", "signed_median"))
             assert f"{MAPPINGS[0]} concurrency<=16" in entry
-    assert named["published"]["rows"] == 39 and named["published"]["mappable"] == 18
+    # the Llama-2 7B static rows and the 3 MiniMax-M2.5 rows are priced; the 18 Nemotron rows have no
+    # catalog entry
+    assert named["published"]["rows"] == 39 and named["published"]["mappable"] == 18 + 3
     static = named["published-static"]["models"]["analytic"]
     # 3 devices × 4 throughput rows have a time per token; 3 × 2 first-token rows a TTFT
     assert static["steady-state"]["n"] == 12 and static["ttft"]["n"] == 6

@@ -14,8 +14,6 @@ each group runs; the lowering rolls it into ``Loop(count, layer)``.
 from __future__ import annotations
 
 import copy
-import importlib
-import types
 
 import sympy
 import torch
@@ -26,7 +24,8 @@ from perfcast.capture import serving, vision_lm
 from perfcast.capture.record import Recorder, dtype_name, size_expr
 from perfcast.capture.types import Capture, LayerGroup, TensorMeta
 from perfcast.ir import UserError, dim
-from perfcast.models import ModelConfig
+from perfcast.models import ModelConfig, architecture
+from perfcast.models.architecture import file_config
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -35,8 +34,10 @@ def layer_signature(layer: torch.nn.Module) -> tuple:
     parts = []
     for name, mod in layer.named_modules():
         own = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in mod.named_parameters(recurse=False))
-        extra = (getattr(mod, "sliding_window", None), getattr(mod, "layer_type", None),
-                 getattr(mod, "attention_type", None))
+        # the layer type also from the config's layer_types (Llama 4's chunked and NoPE layers
+        # have the same modules), and whether the module applies RoPE
+        extra = (getattr(mod, "sliding_window", None), serving.layer_type(mod),
+                 getattr(mod, "attention_type", None), getattr(mod, "use_rope", None))
         parts.append((name, type(mod).__name__, own, extra))
     return tuple(parts)
 
@@ -54,7 +55,10 @@ def hf_config(model: ModelConfig):
     indexes every architecture transformers has)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    data = dict(model.data)
+    from perfcast.models.vision import FAMILIES
+
+    # a vision-language config is built whole (its vision tower too: capture/vision.py)
+    data = dict(model.data) if model.data.get("model_type") in FAMILIES else file_config(model.data, model.architecture)
     try:
         return CONFIG_MAPPING[data.pop("model_type")](**data)
     except (ValueError, TypeError, KeyError) as e:
@@ -63,21 +67,30 @@ def hf_config(model: ModelConfig):
 
 def build_model(config, dtype: str):
     """The causal LM on the meta device: every parameter has a shape and a dtype, none has
-    storage or values (weights are never initialised)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    storage or values (weights are never initialised); its parts in their serving forms
+    (:mod:`perfcast.capture.substitutions`), as its architecture row says."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from perfcast.capture import substitutions
 
     serving.register()
+    arch = architecture(config.model_type)
     config = copy.deepcopy(config)
     # Quantization is perfcast's own (--quantize); a checkpoint's quantizer is not run.
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
     if config.model_type in vision_lm.TEXT_MODELS:  # a vision-language model's decoder
         return vision_lm.build(config, TORCH_DTYPES[dtype])
-    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
-    cls = getattr(module, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+    # the auto mapping imports only this model type's module (its folder may be another type's:
+    # qwen3_5_moe_text lives in qwen3_5_moe)
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     with torch.device("meta"):
-        model = cls._from_config(config, dtype=TORCH_DTYPES[dtype], attn_implementation=serving.IMPL,
+        model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
+                                 attn_implementation=arch.attn_implementation or serving.IMPL,
                                  experts_implementation=serving.IMPL)
+    if getattr(config, "perfcast_head_dim", None) and arch.head_projections:
+        substitutions.resize_heads(model, arch, int(config.perfcast_head_dim))
+    substitutions.apply(model, arch)
     return model.eval()
 
 
@@ -98,11 +111,11 @@ def _fake_parameters(modules, fake: FakeTensorMode) -> set[int]:
     return ids
 
 
-def _linear_params(model) -> set[str]:
+def _linear_params(model, arch) -> set[str]:
     out = set()
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
-            full = f"{mname}.{pname}" if mname else pname
+            full = arch.canonical(f"{mname}.{pname}" if mname else pname)
             if isinstance(mod, torch.nn.Linear) and pname == "weight":
                 out.add(full)
             elif pname in ("gate_up_proj", "down_proj", "up_proj") and p.dim() == 3:
@@ -110,8 +123,8 @@ def _linear_params(model) -> set[str]:
     return out
 
 
-def _module_tracker(model, recorder: Recorder):
-    names = {id(m): n for n, m in model.named_modules()}
+def _module_tracker(model, recorder: Recorder, arch):
+    names = {id(m): arch.canonical(n) for n, m in model.named_modules()}
     stack: list[str] = []
 
     def pre(mod, args):
@@ -135,11 +148,8 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     shape_env = ShapeEnv(duck_shape=False) if symbolic else None
     fake = FakeTensorMode(shape_env=shape_env)
     model = build_model(config, dtype)
-    inner = model.model
-    layers = list(inner.layers)
-    for mod in model.modules():
-        if hasattr(mod, "kv_a_proj_with_mqa") and hasattr(mod, "kv_b_proj"):
-            mod.forward = types.MethodType(serving.mla_forward, mod)  # MLA in its serving form
+    arch = architecture(config.model_type)
+    inner, layers, (embed, rotary, norm) = _decoder(model, arch)
     groups = group_layers(layers) if reroll else [LayerGroup((i,), (i,)) for i in range(len(layers))]
 
     symbols: dict[str, sympy.Symbol] = {}
@@ -163,35 +173,39 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
         if images is not None:
             positions = images.positions(ids)
 
-    params = {n: TensorMeta(tuple(size_expr(d) for d in p.shape), dtype_name(p.dtype), True, -1)
+    params = {arch.canonical(n): TensorMeta(tuple(size_expr(d) for d in p.shape), dtype_name(p.dtype), True, -1)
               for n, p in model.named_parameters()}
-    used = [inner.embed_tokens, inner.rotary_emb, inner.norm, model.lm_head,
-            *(layers[g.representative] for g in groups)]
+    used = [m for m in (embed, rotary, norm, model.lm_head) if m is not None]
+    used += [layers[g.representative] for g in groups]
     recorder = Recorder(params=_fake_parameters(used, fake))
-    hooks = _module_tracker(model, recorder)
+    hooks = _module_tracker(model, recorder, arch)
     try:
         with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
-            h = inner.embed_tokens(ids)
+            h = embed(ids)
             if images is not None:
                 recorder.module = "model.image_embeds"
                 h = images.merge(h, ids)
                 recorder.module = ""
-            pe = inner.rotary_emb(h, positions)
+            pe = _rotary_tables(rotary, h, positions, model.config)
             for g in groups:
                 recorder.layer = g.representative
-                h = layers[g.representative](h, attention_mask=None, position_embeddings=pe,
-                                             position_ids=positions)
+                layer = layers[g.representative]
+                h = layer(h, **_layer_kwargs(layer, pe(g.representative), positions))
                 h = h[0] if isinstance(h, tuple) else h
             recorder.layer = None
             if images is not None:
                 recorder.module = "model.deepstack"
                 h = images.after_layers(h)
                 recorder.module = ""
-            h = inner.norm(h)
+            h = norm(h)
             if not decode:
                 h = h[:, -1:, :]  # logits for the last position of each sequence only
             recorder.module = "lm_head"
-            model.lm_head(h)
+            logits = model.lm_head(h)
+            cap = getattr(model.config, "final_logit_softcapping", None)
+            if cap:  # Gemma 2 (modeling_gemma2.py Gemma2ForCausalLM.forward): cap·tanh(logits/cap)
+                recorder.module = "logits_softcap"
+                torch.tanh(logits / cap) * cap
     finally:
         for hk in hooks:
             hk.remove()
@@ -200,4 +214,42 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
         names = {s: symbols[str(s)] for g in shape_env.guards for s in g.expr.free_symbols
                  if str(s) in symbols}
         guards = tuple(g.expr.xreplace(names) for g in shape_env.guards)
-    return Capture(recorder.records, groups, params, _linear_params(model), symbols, guards)
+    return Capture(recorder.records, groups, params, _linear_params(model, arch), symbols, guards)
+
+
+def _rotary_tables(rotary, h, positions, config):
+    """layer index -> its rotary tables: one table for all layers, or one per layer type where
+    the rotary module takes one (Gemma 3: local and global layers have their own RoPE bases),
+    or None (no shared rotary module: GPT-J and Falcon rotate inside their attention, or ALiBi)."""
+    import inspect
+
+    if rotary is None:
+        return lambda i: None
+    if "layer_type" in inspect.signature(rotary.forward).parameters:
+        tables = {t: rotary(h, positions, t) for t in dict.fromkeys(config.layer_types)}
+        return lambda i: tables[config.layer_types[i]]
+    table = rotary(h, positions)
+    return lambda i: table
+
+
+def _layer_kwargs(layer, pe, positions) -> dict:
+    """The decoder layer's arguments: no mask (the substituted attention derives causality), the
+    rotary tables and positions, and None for any other argument the layer requires (Falcon's
+    ``alibi``: its attention reads the config instead)."""
+    import inspect
+
+    out = {"attention_mask": None, "position_embeddings": pe, "position_ids": positions}
+    params = list(inspect.signature(layer.forward).parameters.values())[1:]  # after hidden_states
+    for p in params:
+        if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in out:
+            out[p.name] = None
+    return out
+
+
+def _decoder(model, arch):
+    """(the decoder module, its layers, (embedding, rotary table or None, final norm)): found by
+    the row's ``layers`` path and its canonical module names."""
+    inner = model.get_submodule(arch.layers.rsplit(".", 1)[0])
+    back = {v: k for k, v in arch.modules.items()}
+    parts = tuple(getattr(inner, back.get(n, n), None) for n in ("embed_tokens", "rotary_emb", "norm"))
+    return inner, list(model.get_submodule(arch.layers)), parts

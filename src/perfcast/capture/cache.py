@@ -34,9 +34,11 @@ def cache_dir() -> Path:
 
 
 def _source_digest() -> str:
-    """The capture code itself is part of the key: a changed capture never reuses old entries."""
+    """The capture code itself is part of the key, and the architecture table it applies: a
+    changed capture or row never reuses old entries."""
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
+    models = Path(__file__).parent.parent / "models"
+    for p in [*sorted(Path(__file__).parent.glob("*.py")), models / "architecture.py", models / "architectures.yaml"]:
         h.update(p.read_bytes())
     return h.hexdigest()
 

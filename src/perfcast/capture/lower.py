@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from perfcast.capture.mixer_kinds import ATTRS as MIXER_ATTRS
+from perfcast.capture.mixer_kinds import CACHED as MIXER_CACHED
+from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
 from perfcast.capture.quant import QuantPlan, as_plan, record_group
 from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
@@ -24,7 +27,7 @@ FREE = frozenset({
     "as_strided", "alias", "detach", "lift_fresh", "device", "empty", "empty_like",
     "empty_strided", "new_empty", "new_empty_strided", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "view_as", "expand_as", "unflatten", "flatten", "dim", "is_same_size",
-    "_local_scalar_dense", "arange",
+    "_local_scalar_dense", "arange", "view_as_complex", "view_as_real",
 })
 
 _ELEMENTWISE = {
@@ -35,6 +38,7 @@ _ELEMENTWISE = {
     "bitwise_or", "erf", "sign", "floor", "ceil", "round", "add_", "sub_", "mul_", "div_",
     "masked_fill_", "clamp_", "exp_", "sigmoid_", "silu_", "gelu_", "tanh_", "relu_", "lerp",
     "addcmul", "addcdiv", "fmod", "remainder", "isinf", "isnan", "logical_xor", "floor_divide",
+    "softplus", "polar",
 }
 _TABLE: dict[str, str] = {
     **{op: "elementwise" for op in _ELEMENTWISE},
@@ -61,6 +65,7 @@ _TABLE: dict[str, str] = {
     "_scaled_dot_product_efficient_attention": "attention",
     "_scaled_dot_product_cudnn_attention": "attention",
 }
+_TABLE.update(MIXER_KINDS)
 
 
 def op_packet(op: str) -> str:
@@ -173,8 +178,8 @@ class _Lowerer:
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
             self.quantize_inputs(rec, kind, metas, inputs, attrs)
-        if kind == "attention" and self.kv_dtype:
-            for i in (1, 2):  # the KV cache is stored (and read) in its own dtype
+        if kind in ("attention", *MIXER_CACHED) and self.kv_dtype:
+            for i in MIXER_CACHED.get(kind, (1, 2)):  # the KV cache is stored (and read) in its own dtype
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, self.kv_dtype)
         _ATTRS.get(kind, lambda r, a, s: None)(rec, attrs, self)
         attrs.update(extra or {})
@@ -273,6 +278,8 @@ def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
         past, causal, window, shared, width = rec.scalars[:5]
         attrs.update(past=lw.expr(past), causal=bool(causal), window=int(window),
                      shared_kv=bool(shared), cache_width=int(width))
+        if len(rec.scalars) > 5:  # chunked local attention, logit soft-capping
+            attrs.update(chunk=int(rec.scalars[5]), softcap=float(rec.scalars[6]))
     else:  # plain SDPA: no cache
         attrs.update(past=sympy.Integer(0), causal=True, window=0, shared_kv=False, cache_width=0)
 
@@ -309,6 +316,7 @@ _ATTRS: dict[str, Callable] = {"attention": _attention_attrs, "grouped_matmul": 
                                "topk": _topk_attrs, "scatter": _scatter_attrs,
                                **{k: _collective_attrs for k in ("all_reduce", "all_gather", "reduce_scatter",
                                                                  "all_to_all", "send_recv")}}
+_ATTRS.update(MIXER_ATTRS)
 
 
 def lower(capture: Capture, *, quantize: QuantPlan | str | None = None, model_dtype: str = "bf16",

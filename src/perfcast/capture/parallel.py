@@ -37,14 +37,10 @@ import sympy
 
 from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 from perfcast.ir import UserError
+from perfcast.models import architecture
 
 #: Config keys of the routed experts' count, per model family.
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
-#: The config key holding the routed experts' intermediate size, per model type (the others
-#: use ``intermediate_size`` for their dense MLPs).
-EXPERT_INTERMEDIATE = {"mixtral": "intermediate_size", "gpt_oss": "intermediate_size",
-                       "deepseek_v3": "moe_intermediate_size", "qwen3_moe": "moe_intermediate_size",
-                       "qwen2_moe": "moe_intermediate_size"}
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
@@ -102,6 +98,10 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
     if num_devices is not None and num_devices != layout.num_devices:
         raise UserError(f"--num-devices {num_devices} ≠ --tp-size {layout.tp} × --dp-size {layout.dp} × "
                         f"--pp-size {layout.pp} = {layout.num_devices}")
+    arch = architecture(cfg["model_type"])
+    if layout.tp > 1 and arch.no_tensor_parallel:
+        raise UserError(f"--tp-size {layout.tp}: {model} ({arch.model_type}): {arch.no_tensor_parallel}; "
+                        f"use --tp-size 1 (with --dp-size or --pp-size)")
     heads, kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
     if heads % layout.tp:
         raise UserError(f"--tp-size {layout.tp} does not divide the {heads} attention heads of {model}")
@@ -138,11 +138,15 @@ def check(layout: Layout, cfg: dict, model: str, num_devices: int | None, num_qu
 
 
 def _divided_sizes(cfg: dict, layout: Layout) -> list[tuple[str, int, str]]:
-    expert_key = EXPERT_INTERMEDIATE.get(cfg["model_type"]) if experts_of(cfg) else None
-    out = [(k, layout.tp, "--tp-size") for k in ("intermediate_size",) if k != expert_key]
+    """(config key, divisor, flag) of the sizes tensor parallelism divides besides the attention
+    heads: the dense MLP widths and extra head counts of the model's architecture row, and the
+    routed and shared experts' widths by expert tensor parallelism."""
+    arch = architecture(cfg["model_type"])
+    expert_key = arch.expert_intermediate if experts_of(cfg) else None
+    out = [(k, layout.tp, "--tp-size") for k in (*arch.intermediate_keys(), *arch.tensor_parallel)]
     if expert_key:
         out.append((expert_key, layout.moe_tp, "expert tensor parallelism (MoE group / --ep-size) ="))
-        out.append(("shared_expert_intermediate_size", layout.moe_tp,
+        out.append((arch.experts.get("shared_intermediate", "shared_expert_intermediate_size"), layout.moe_tp,
                     "expert tensor parallelism (MoE group / --ep-size) ="))
     return out
 
@@ -154,8 +158,11 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
     tp = layout.tp
     heads = int(cfg["num_attention_heads"])
     if tp > 1 and not cfg.get("head_dim") and "kv_lora_rank" not in cfg:
-        # the head size defaults to hidden / heads: keep the whole model's (MLA sizes its heads itself)
-        out["head_dim"] = int(cfg["hidden_size"]) // heads
+        # the head size defaults to hidden / heads: keep the whole model's (MLA sizes its heads
+        # itself); an attention that derives it from hidden / heads has its projections resized
+        # by the capture (the row's head_projections)
+        key = "perfcast_head_dim" if architecture(cfg["model_type"]).head_projections else "head_dim"
+        out[key] = int(cfg["hidden_size"]) // heads
     out["num_attention_heads"] = heads // tp
     if cfg.get("num_key_value_heads"):
         out["num_key_value_heads"] = max(1, int(cfg["num_key_value_heads"]) // tp)
@@ -163,8 +170,8 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
         if cfg.get(key):
             out[key] = int(cfg[key]) // div
     out["vocab_size"] = -(-int(cfg["vocab_size"]) // tp)  # vocab-parallel: ceil(V / tp) rows each
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids of the whole vocabulary
-        if key in out and tp > 1:
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids of the whole vocabulary (also
+        if tp > 1:  # the config class's defaults: MiniMax-M2's file states none of them)
             out[key] = None
     return out
 

@@ -32,6 +32,10 @@ ROLES = {
     "mla_absorb": "MLA decode's absorbed per-head projections (batched GEMMs with weights)",
     "attn_prologue": "memory-bound ops between the projections and attention (rotary, concat)",
     "attention": "the attention kernel over the KV cache",
+    "indexer": "a sparse attention's indexer: scores the cached index keys and picks the top-k (DSA)",
+    "sparse_attention": "attention over the indexer's selected cache entries (DSA)",
+    "linear_attention": "a linear-attention recurrence over its state (the gated delta rule)",
+    "short_conv": "a linear-attention layer's causal depthwise convolution",
     "attn_epilogue": "memory-bound ops after attention (layout copies)",
     "attn_glue": "activation-by-activation products inside attention",
     "router_gemm": "the MoE router's logits GEMM",
@@ -47,6 +51,9 @@ ROLES = {
     "other": "an op no role pattern covers",
 }
 
+#: leaf kinds of the mixers beyond dense attention, and their roles
+_MIXER_ROLES = {"sparse_indexer": "indexer", "sparse_attention": "sparse_attention",
+                "gated_delta_rule": "linear_attention", "causal_conv1d": "short_conv"}
 _LAYER = re.compile(r"^model\.layers\.\d+$")
 _ATTN = re.compile(r"^model\.layers\.\d+\.self_attn(\.|$)")
 _MLP = re.compile(r"^model\.layers\.\d+\.(mlp|block_sparse_moe|feed_forward)(\.|$)")
@@ -97,9 +104,9 @@ def assign(records: list[OpRecord], kind_of: Callable[[OpRecord], str | None]) -
             out.append("residual_add" if p in ("add", "add_") else "layer_glue")
         elif _ATTN.match(m):
             block = m.split(".self_attn")[0] + ".self_attn"
-            if kind == "attention":
+            if kind == "attention" or kind in _MIXER_ROLES:
                 attended.add(block)
-                out.append("attention")
+                out.append(_MIXER_ROLES.get(kind, "attention"))
             elif kind == "matmul":
                 out.append(("mla_absorb" if p == "bmm" else "attn_gemm") if _has_weight(rec) else "attn_glue")
             else:

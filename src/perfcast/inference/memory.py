@@ -22,7 +22,9 @@ from perfcast.capture.lower import FREE, Lowered
 from perfcast.capture.quant import QuantPlan, param_format
 from perfcast.capture.types import Capture, storage_roots
 from perfcast.ir import Leaf, itemsize, walk
+from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
 from perfcast.ir.rules import attended_keys, cache_entry_bytes
+from perfcast.ir.rules_mixers import cache_bytes
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ def kv_cache(lowered: Lowered, point: dict) -> tuple[int, int]:
     total, per_token = sympy.Integer(0), sympy.Integer(0)
     for v in walk(lowered.graph):
         leaf = v.op
+        if isinstance(leaf, Leaf) and leaf.kind in MIXER_KINDS:  # sparse-attention caches, recurrent states
+            token, sequence, seqs, cached = cache_bytes(leaf)
+            total += v.trips * seqs * (cached * token + sequence)
+            per_token += v.trips * token
+            continue
         if not isinstance(leaf, Leaf) or leaf.kind != "attention":
             continue
         q = leaf.inputs[0]

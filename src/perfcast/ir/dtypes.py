@@ -39,6 +39,7 @@ _BYTES: dict[str, sympy.Rational] = {
     "int4": sympy.Rational(1, 2),
     # OCP MX v1.0 §5.4: the shared scale is an 8-bit exponent (E8M0)
     "e8m0": sympy.Integer(1),
+    "complex64": sympy.Integer(8),  # two fp32: Llama 4's rotary tables and rotations (torch.polar)
 }
 
 DTYPES: tuple[str, ...] = tuple(_BYTES)

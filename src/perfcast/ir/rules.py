@@ -218,19 +218,35 @@ def _attention(inputs, outputs, attrs) -> Cost:
     rescale per score, as the DSL online-softmax kernel counts), P = attended pairs.
     HBM: q and the output once; each attended key/value once per sequence and KV head; the new
     tokens' cache entries written once (the cache update is part of the step) — unless
-    ``cache_write`` is false: an engine that writes them in a kernel of its own charges them there."""
+    ``cache_write`` is false: an engine that writes them in a kernel of its own charges them there.
+    Logit soft-capping (``softcap``: Gemma 2, cap·tanh(score/cap)) adds 3 vector FLOPs per pair;
+    chunked local attention (``chunk``: Llama 4) counts the pairs within each query's chunk."""
     q, k, v = inputs[:3]
     b, h, s, d_qk = q.shape
     d_v = v.shape[-1]
     keys = attended_keys(s, attrs["past"], attrs.get("window", 0))
-    pairs = attended_pairs(s, attrs["past"], bool(attrs.get("causal", True)), attrs.get("window", 0))
+    if attrs.get("chunk"):
+        pairs = chunked_pairs(s, attrs["past"], attrs["chunk"])
+    else:
+        pairs = attended_pairs(s, attrs["past"], bool(attrs.get("causal", True)), attrs.get("window", 0))
     read = b * k.shape[1] * keys * (d_qk if attrs.get("shared_kv") else d_qk + d_v) * itemsize(k.dtype)
     return Cost({
         FLOPS_MATRIX: 2 * b * h * pairs * (d_qk + d_v),
-        FLOPS_VECTOR: 5 * b * h * pairs,
+        FLOPS_VECTOR: (8 if attrs.get("softcap") else 5) * b * h * pairs,
         BYTES_HBM: q.nbytes + _bytes(outputs) + read
         + (b * s * cache_entry_bytes(inputs, attrs) if attrs.get("cache_write", True) else 0),
     })
+
+
+def chunked_pairs(s, past, chunk) -> sympy.Expr:
+    """Pairs per sequence and head of chunked local attention: the token at 1-based position j
+    of the sequence sees the ((j − 1) mod c) + 1 tokens of its own c-token chunk, so
+    F(N) = ⌊N/c⌋·c(c+1)/2 + r(r+1)/2 (r = N mod c) pairs cover N tokens; ``past`` is the
+    tokens of the current chunk already cached."""
+    def f(n):
+        r = n - chunk * sympy.floor(n / chunk)
+        return sympy.floor(n / chunk) * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+    return f(past + s) - f(past)
 
 
 def attended_keys(s, past, window) -> sympy.Expr:
@@ -298,3 +314,4 @@ def _collective(inputs, outputs, attrs) -> Cost:
     factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": sympy.Integer(1),
               "send_recv": sympy.Integer(1)}.get(str(attrs.get("collective")), (n - 1) / n)
     return Cost({f"bytes.link:{attrs['axis']}": collective_message(inputs, outputs) * factor})
+from perfcast.ir import rules_mixers as _mixers  # noqa: E402,F401  (registers the mixer kinds)

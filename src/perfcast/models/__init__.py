@@ -1,5 +1,7 @@
-"""The model catalog: Hugging Face ``config.json`` files shipped with perfcast (no hub access)."""
+"""The model catalog: Hugging Face ``config.json`` files shipped with perfcast (no hub access),
+and the architecture table that says how each ``model_type`` is captured."""
 
-from perfcast.models.catalog import ModelConfig, catalog_names, load_model_config
+from perfcast.models.architecture import Architecture, architecture
+from perfcast.models.catalog import ModelConfig, catalog_names, language_model, load_model_config
 
-__all__ = ["ModelConfig", "catalog_names", "load_model_config"]
+__all__ = ["Architecture", "ModelConfig", "architecture", "catalog_names", "language_model", "load_model_config"]

@@ -12,22 +12,30 @@ from pathlib import Path
 import yaml
 
 from perfcast.ir import UserError
-
-#: model_type values the capture supports (a transformers architecture whose attention and
-#: experts go through the substitutable interfaces, see perfcast.capture.serving).
-SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral", "deepseek_v3", "gpt_oss")
+from perfcast.models.architecture import Architecture, architecture, canonical_config
 
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """A model's config. ``data`` is the language model perfcast prices, under perfcast's key
+    names (:func:`perfcast.models.architecture.canonical_config`); for a wrapper config (a
+    vision-language checkpoint) ``wrapper`` is the whole file and ``data`` its language model."""
+
     name: str
     data: dict
     path: Path
     source: dict  # hf_repo, source, license (catalog entries)
+    wrapper: dict | None = None
 
     @property
     def model_type(self) -> str:
-        return self.data["model_type"]
+        """The file's model type (``kimi_k25`` for Kimi-K2.5, whose language model is deepseek_v3)."""
+        return (self.wrapper or self.data)["model_type"]
+
+    @property
+    def architecture(self) -> Architecture:
+        """The architecture row of the language model (``data["model_type"]``)."""
+        return architecture(self.data["model_type"], str(self.path))
 
 
 def config_folder():
@@ -66,7 +74,30 @@ def load_model_config(name_or_path: str) -> ModelConfig:
         raise UserError(f"{path}: key 'model_type': missing (expected a Hugging Face config.json)")
     from perfcast.models.vision import FAMILIES  # vision-language types: their own module
 
-    if data["model_type"] not in SUPPORTED and data["model_type"] not in FAMILIES:
-        raise UserError(f"{path}: key 'model_type': {data['model_type']!r} is not supported; "
-                        f"supported: {', '.join((*SUPPORTED, *FAMILIES))}")
-    return ModelConfig(name, data, path, source)
+    if data.get("model_type") in FAMILIES:
+        return ModelConfig(name, data, path, source or {})
+    return language_model(name, data, path, source)
+
+
+def language_model(name: str, data: dict, path: Path, source: dict | None = None) -> ModelConfig:
+    """The model perfcast prices from a config file's contents: the file itself, or the language
+    model of a wrapper config (its row's ``language_model``), with perfcast's key names."""
+    if not isinstance(data.get("model_type"), str):
+        raise UserError(f"{path}: key 'model_type': expected a string")
+    arch = architecture(data["model_type"], str(path))
+    wrapper = None
+    if arch.language_model:
+        key = arch.language_model["config"]
+        inner = data.get(key)
+        if not isinstance(inner, dict):
+            raise UserError(f"{path}: key {key!r}: missing (a {arch.model_type} config holds its language model there)")
+        wrapper, data = data, dict(inner)
+        data["model_type"] = arch.language_model.get("model_type") or data.get("model_type")
+        # the wrapper's own embedding tying applies to its language model when that says nothing
+        if "tie_word_embeddings" in wrapper and "tie_word_embeddings" not in data:
+            data["tie_word_embeddings"] = wrapper["tie_word_embeddings"]
+        inner_arch = architecture(str(data["model_type"]), f"{path}: {key}")
+        if inner_arch.language_model:
+            raise UserError(f"{path}: key {key!r}: a wrapper inside a wrapper ({data['model_type']})")
+        arch = inner_arch
+    return ModelConfig(name, canonical_config(data, arch), path, source or {}, wrapper)
