@@ -341,8 +341,17 @@ def test_gptj_tensor_parallel_rank_keeps_the_head_size():
     assert r.memory.kv_cache_bytes_per_token == 28 * 8 * 256 * 2 * 2
 
 
-def test_falcon_tensor_parallelism_is_refused_with_its_reason():
-    with pytest.raises(UserError, match=r"--tp-size 2: falcon-40b \(falcon\): FalconAttention and "
-                                        r"FalconRotaryEmbedding size the head as hidden / heads"):
-        simulate(Request(load_model_config("falcon-40b"), get_device(DEVICE), engine="vllm", num_queries=2,
-                         context_length=64, decode=True, layout=Layout(tp=2)))
+def test_falcon_tensor_parallel_rank_keeps_the_head_size():
+    """Falcon-180B sizes its heads as hidden / heads (14,848 / 232 = 64); at tp 4 a rank holds 58
+    query heads and 2 of the 8 KV groups, its fused query_key_value (58 + 2·2) · 64 = 3,968 wide.
+    Per rank: 80 × (query_key_value 14,848 · 3,968 = 58,916,864; dense 3,712 · 14,848 =
+    55,115,776; MLP 2 · 14,848 · 14,848 = 440,926,208; ln_attn and ln_mlp 4 · 14,848 = 59,392) =
+    80 × 555,018,240 = 44,401,459,200; + the tied embedding's 16,256 rows · 14,848 = 241,369,088;
+    + ln_f 29,696 = 44,642,857,984 (× 4 = 178,571,431,936: the whole model's 178,557,088,768 with
+    the final norm on every rank). The KV cache: 80 layers × K and V × 2 heads × 64 in fp8."""
+    r = simulate(Request(load_model_config("falcon-180b"), get_device("h100-sxm"), engine="trtllm", num_queries=8,
+                         context_length=1024, decode=True, layout=Layout(tp=4), dtype="fp16", quantize="fp8",
+                         kv_dtype="fp8"))
+    assert not r.lowered.unknown
+    assert r.memory.parameters == 44_642_857_984
+    assert r.memory.kv_cache_bytes_per_token == 80 * 2 * 2 * 64 * 1 == 20_480

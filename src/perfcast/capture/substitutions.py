@@ -78,20 +78,30 @@ def apply(model: torch.nn.Module, arch: Architecture) -> None:
 
 
 def resize_heads(model: torch.nn.Module, arch: Architecture, head_dim: int) -> None:
-    """One tensor-parallel rank of an attention that sizes its heads as hidden / heads (GPT-J):
-    the config holds the rank's heads, ``head_dim`` is the whole model's head size; the row's
-    ``head_projections`` are rebuilt (on the meta device) at heads × head size on their ``in`` or
-    ``out`` side, as Megatron's column/row-parallel split leaves them on each rank."""
+    """One tensor-parallel rank of an attention that sizes its heads as hidden / heads (GPT-J,
+    Falcon): the config holds the rank's heads, so transformers built every head ``r`` times too
+    wide (``r`` = the rank's hidden / heads over ``head_dim``, the whole model's head size). The
+    row's ``head_projections`` are rebuilt (on the meta device) ``r`` times narrower on their
+    ``in`` or ``out`` side — heads × head size, or Falcon's fused (heads + 2 · KV heads) × head
+    size — as Megatron's column/row-parallel split leaves them on each rank; a model-level rotary
+    table (Falcon's) is rebuilt at the head size."""
     for mod in model.modules():
-        if arch.parts.get(type(mod).__name__) != "attention":
+        if arch.parts.get(type(mod).__name__) not in ("attention", "falcon"):
             continue
-        width = int(getattr(mod, "num_attention_heads", None) or mod.num_heads) * head_dim
+        ratio = int(mod.head_dim) // head_dim
         mod.head_dim = head_dim
         for name, side in arch.head_projections.items():
             lin = getattr(mod, name)
-            shape = (width, lin.out_features) if side == "in" else (lin.in_features, width)
+            shape = (lin.in_features // ratio, lin.out_features) if side == "in" else \
+                (lin.in_features, lin.out_features // ratio)
             setattr(mod, name, torch.nn.Linear(*shape, bias=lin.bias is not None, device="meta",
                                                dtype=lin.weight.dtype))
+    for mod in model.modules():
+        freq = getattr(mod, "inv_freq", None)
+        if type(mod).__name__.endswith("RotaryEmbedding") and freq is not None and freq.numel() > head_dim // 2:
+            for buf in ("inv_freq", "original_inv_freq"):  # one frequency per rotated pair
+                if getattr(mod, buf, None) is not None:
+                    setattr(mod, buf, torch.empty(head_dim // 2, dtype=freq.dtype, device=freq.device))
 
 
 def _forward(fn):
