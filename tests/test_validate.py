@@ -87,17 +87,20 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
 
 @pytest.mark.parametrize("row_id, catalog, argv", [
     ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606", "minimax-m2.5",
-     "--num-queries 8 --context-length 8704 --tp-size 4 --quantize fp8"),  # 8,704 = 8,192 + 1,024 / 2
+     "--num-queries 8 --context-length 8704 --tp-size 4 --engine vllm --quantize fp8"),  # 8,704 = 8,192 + 1,024 / 2
     ("2026_03_25_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x8192_c64_tp8_0_ep8_0_582", "qwen3.5-397b-a17b",
-     "--num-queries 64 --context-length 5120 --tp-size 8 --ep-size 8 --quantize fp8"),
+     "--num-queries 64 --context-length 5120 --tp-size 8 --ep-size 8 --engine sglang "
+     "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),  # the row: gemm fp8, moe fp8_block
     ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597", "kimi-k2.5",
-     "--num-queries 4 --context-length 8704 --tp-size 8 --quantize w4a16"),
+     "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm --quantize w4a16"),
     ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5",
-     "--num-queries 4 --context-length 1536 --tp-size 8 --quantize fp8"),
+     "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang "
+     "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),
 ])
 def test_the_sample_architectures_map_to_catalog_models(rows, row_id, catalog, argv):
     """The silicon sample's MiniMax-M2.5, Qwen3.5-MoE, Kimi-K2.5 and GLM-5 rows map to their
-    catalog models, with the row's layout and quantization."""
+    catalog models, with the row's layout, quantization and engine (named where it is not the
+    device's default, TensorRT-LLM)."""
     c = silicon.map_row(rows[row_id])
     assert c.predictable and c.model == catalog and c.family == catalog
     assert command(c) == f"perfcast text-generate {catalog} --device h200-sxm --decode {argv}"

@@ -101,7 +101,7 @@ def _attention_forward(self, hidden_states, cu_seqlens=None, position_embeddings
     for length, count in sorted(self._perfcast_lengths.items(), reverse=True):
         rows = length * count
         part = [x[start:start + rows].reshape(count, length, heads, d).transpose(1, 2) for x in (q, k, v)]
-        o = torch.ops.perfcast.attention(*part, 0, False, 0, False, 0)  # (count, length, heads, d)
+        o = torch.ops.perfcast.attention(*part, 0, False, 0, False, 0, 0, 0.0)  # (count, length, heads, d)
         outs.append(o.reshape(rows, heads * d))
         start += rows
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)

@@ -48,6 +48,7 @@ class LanguageModel(torch.nn.Module):
         super().__init__()
         self.model = model
         self.lm_head = lm_head
+        self.config = model.config  # what the capture reads of a causal LM (rotary layer types, soft-capping)
 
 
 def build(config, torch_dtype) -> LanguageModel:
