@@ -463,7 +463,11 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     assert doc["baseline"] == "roofline" and doc["performance_models"] == ["analytic"]
     assert list(doc["mapping"]) == ["decode-step", "steady-state", "ttft", "static", "assumptions"]  # the output says which
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
-    assert set(named) == {"selected", "llama-3.1-8b-h100-trtllm", "stratified", "published", "published-static"}
+    assert set(named) == {"selected", "stated-batch", "assumed-decode-batch", "llama-3.1-8b-h100-trtllm", "stratified",
+                          "published", "published-static"}
+    # the selected rows split by whether perfcast assumed their decode batch
+    assert named["stated-batch"]["rows"] + named["assumed-decode-batch"]["rows"] == named["selected"]["rows"]
+    assert named["assumed-decode-batch"]["approximate"] == named["assumed-decode-batch"]["mappable"]
     for key in ("selected", "llama-3.1-8b-h100-trtllm", "stratified"):
         for m in ("analytic", "roofline"):
             entry = named[key]["models"][m]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from perfcast.inference.silicon import Case, phases
+from perfcast.inference.silicon import ONE_DECODE_WORKER, Case, phases
 from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
 from perfcast.ir import UserError
@@ -315,7 +315,15 @@ def run(req: ValidationRequest) -> dict:
     silicon = [c for c in chosen if not c.id.startswith(_PUBLISHED)]
     everything = Population("all selected silicon rows", frozenset(c.id for c in silicon),
                             "every selected row of the silicon sample", "selected")
-    pops = ([summarize(p, chosen, preds, split=True) for p in [everything, *named]]
+    assumed = frozenset(c.id for c in silicon if ONE_DECODE_WORKER in c.approximate)
+    # the rows whose decode batch perfcast had to assume, apart: their error is the assumption's
+    split_by_batch = [
+        Population("… with a stated batch", everything.ids - assumed,
+                   "the selected silicon rows whose step batch the row states", "stated-batch"),
+        Population("… with an assumed decode batch", assumed,
+                   f"the selected disaggregated rows priced on an assumed batch ({ONE_DECODE_WORKER})",
+                   "assumed-decode-batch")]
+    pops = ([summarize(p, chosen, preds, split=True) for p in [everything, *split_by_batch, *named]]
             + ([] if req.population else [summarize(p, chosen, preds)
                                            for p in by_key(silicon)]))
     return {"sources": sources, "mapping": dict(MAPPING_TEXT), "seed": req.seed,
