@@ -124,7 +124,12 @@ def _linear_params(model, arch) -> set[str]:
 
 
 def _module_tracker(model, recorder: Recorder, arch):
-    names = {id(m): arch.canonical(n) for n, m in model.named_modules()}
+    return track_modules({id(m): arch.canonical(n) for n, m in model.named_modules()}, recorder)
+
+
+def track_modules(names: dict[int, str], recorder: Recorder):
+    """Forward hooks that keep ``recorder.module`` at the running module's name (``names`` by
+    module id); returns the hook handles to remove."""
     stack: list[str] = []
 
     def pre(mod, args):

@@ -43,6 +43,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from perfcast.capture import serving
+from perfcast.capture.build import track_modules
 from perfcast.capture.record import Recorder, dtype_name, size_expr
 from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 
@@ -213,7 +214,7 @@ def capture_encoder(config, images: Images, *, dtype: str = "bf16", tp: int = 1,
     params = {names[id(m)] + f".{p}": TensorMeta(tuple(size_expr(d) for d in w.shape), dtype_name(w.dtype), True, -1)
               for m in encoder.modules() for p, w in m.named_parameters(recurse=False)}
     recorder = Recorder(params=_fake_parameters([encoder], fake))
-    hooks = _tracker(names, recorder)
+    hooks = track_modules(names, recorder)
     pe = encoder.patch_embed
     try:
         with fake, torch.no_grad(), recorder:
@@ -260,17 +261,3 @@ def capture_encoder(config, images: Images, *, dtype: str = "bf16", tp: int = 1,
     linear = {f"{names[id(m)]}.weight" for m in encoder.modules() if isinstance(m, torch.nn.Linear)}
     linear.add(names[id(pe.proj)] + ".weight")
     return Capture(recorder.records, groups, params, linear)
-
-
-def _tracker(names: dict[int, str], recorder: Recorder):
-    stack: list[str] = []
-
-    def pre(mod, args):
-        stack.append(recorder.module)
-        recorder.module = names.get(id(mod), recorder.module)
-
-    def post(mod, args, out):
-        recorder.module = stack.pop()
-
-    return (torch.nn.modules.module.register_module_forward_pre_hook(pre),
-            torch.nn.modules.module.register_module_forward_hook(post))
