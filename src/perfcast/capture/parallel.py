@@ -170,8 +170,9 @@ def rank_config(cfg: dict, layout: Layout) -> dict:
         if cfg.get(key):
             out[key] = int(cfg[key]) // div
     out["vocab_size"] = -(-int(cfg["vocab_size"]) // tp)  # vocab-parallel: ceil(V / tp) rows each
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # ids of the whole vocabulary (also
-        if tp > 1:  # the config class's defaults: MiniMax-M2's file states none of them)
+    if tp > 1:  # ids of the whole vocabulary: the config class's defaults too (MiniMax-M2's file
+        # states none of them) and a VLM's image / vision-start ids
+        for key in sorted({"bos_token_id", "eos_token_id", "pad_token_id", *(k for k in cfg if k.endswith("_token_id"))}):
             out[key] = None
     return out
 
