@@ -60,6 +60,8 @@ def test_listings(cli):
 @pytest.mark.parametrize("args, message", [
     (["kernel", "flash-attention", "--set", "Z=3"], "unknown symbol 'Z'"),
     (["kernel", "flash-attention", "--set", "B=abc"], "'abc' is not a number"),
+    (["kernel", "flash-attention", "--set", "H=nan"], "--set H=nan: 'nan' is not a finite number"),
+    (["kernel", "flash-attention", "--set", "H=1e400"], "--set H=1e400: '1e400' is not a finite number"),
     (["kernel", "flash-attention", "--set", "B"], "expected SYMBOL=VALUE"),
     (["kernel", "flash-attention", "--set", "T_q=4000"], "trip count T_q/q_blk = 125/4"),
     (["kernel", "flash-attention", "--sweep", "T_kv=1000,2048"], "loop kv_tiles"),

@@ -64,6 +64,29 @@ def test_cli(cli):
     assert proc.returncode == 2 and "unknown collective 'gossip'" in proc.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--topology", "ring:8", "--link-bandwidth", "nan", "--bytes", "1e6"],
+     "--link-bandwidth B/s=nan: 'nan' is not a finite number"),
+    (["--topology", "ring:8", "--link-bandwidth=-1e9", "--bytes", "1e6"], "--link-bandwidth -1e9: expected a positive number"),
+    (["--topology", "ring:8", "--link-bandwidth", "1e9", "--link-latency", "-1", "--bytes", "1e6"],
+     "--link-latency -1: expected a non-negative number"),
+    (["--topology", "hgx-h200", "--bytes", "-1"], "--bytes -1: expected a positive number"),
+    (["--topology", "hgx-h200", "--bytes", "1e400"], "--bytes N=1e400: '1e400' is not a finite number"),
+    (["--topology", "hgx-h200", "--bytes", "64e6", "--group-size", "0"],
+     "--group-size 0: expected a positive number of devices"),
+    (["--topology", "hgx-h200", "--bytes", "64e6", "--stride", "0"], "--stride 0: expected a positive number of devices"),
+])
+def test_cli_refuses_values_that_price_nothing(cli, args, message):
+    proc = cli("collective", "all_reduce", *args)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1 and message in proc.stderr
+
+
+def test_cli_takes_the_hyphenated_names_the_docs_use(cli):
+    hyphen, underscore = (json.loads(cli("collective", op, "--topology", "hgx-h200", "--bytes", "64e6", "--json",
+                                         check=True).stdout) for op in ("all-gather", "all_gather"))
+    assert hyphen == underscore and hyphen["op"] == "all_gather"
+
+
 def test_multiport_without_wraparound_runs_at_the_edge_devices_pace():
     # a 4×4 mesh: interior devices have 4 links, edge devices one neighbour per dim (2 at a
     # corner, 3 on a side), and a bandwidth-optimal collective waits for the worst placed

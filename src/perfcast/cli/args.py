@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from perfcast.ir import UserError
@@ -17,14 +18,26 @@ class Parser(argparse.ArgumentParser):
 
 
 def number(text: str, flag: str, sym: str) -> int | float:
+    """A finite number (``nan``, ``inf`` and values past the float range, ``1e400``, are errors)."""
     try:
         return int(text)
     except ValueError:
         pass
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise UserError(f"{flag} {sym}={text}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"{flag} {sym}={text}: {text!r} is not a finite number")
+    return value
+
+
+def bounded(text: str, flag: str, sym: str, *, positive: bool) -> int | float:
+    """A finite number that is positive (``positive``) or at least zero."""
+    value = number(text, flag, sym)
+    if value < 0 or (positive and value == 0):
+        raise UserError(f"{flag} {text}: expected a {'positive' if positive else 'non-negative'} number")
+    return value
 
 
 def assignment(text: str, flag: str) -> tuple[str, int | float]:

@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from perfcast.cli.args import number
+from perfcast.cli.args import bounded
 from perfcast.report.format import seconds, si
 
 
@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("collective", help="price one collective on a topology",
                        description="α–β cost of a collective on a shipped topology (hgx-h200, …), a "
                                    "topology YAML file, or an ad-hoc torus, ring, switch or full mesh.")
-    p.add_argument("op", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, send_recv")
+    p.add_argument("op", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, send_recv "
+                              "(or with hyphens: all-gather, …)")
     p.add_argument("--topology", required=True, metavar="NAME|FILE|KIND:SHAPE",
                    help="a shipped topology (perfcast topologies), a YAML file, or torus:2x2x2, "
                         "mesh:4x4 (no wraparound), ring:8, switch:8, full_mesh:8")
@@ -37,13 +38,18 @@ def run(args) -> int:
     from perfcast.ir.errors import UserError
     from perfcast.perf.collectives import topology_cost
 
-    bw = None if args.link_bandwidth is None else number(args.link_bandwidth, "--link-bandwidth", "B/s")
-    topo = resolve_topology(args.topology, bw, number(args.link_latency, "--link-latency", "S"))
+    bw = None if args.link_bandwidth is None else bounded(args.link_bandwidth, "--link-bandwidth", "B/s",
+                                                          positive=True)
+    topo = resolve_topology(args.topology, bw, bounded(args.link_latency, "--link-latency", "S", positive=False))
     if bw is not None and ":" not in args.topology:
         raise UserError(f"--link-bandwidth applies to ad-hoc KIND:SHAPE topologies; {topo.name} gives its own")
-    nbytes = number(args.bytes, "--bytes", "N")
-    group = args.group_size or topo.tiers[0].size
-    c = topology_cost(args.op, int(nbytes) if float(nbytes).is_integer() else nbytes, topo.with_devices(group * args.stride),
+    nbytes = bounded(args.bytes, "--bytes", "N", positive=True)
+    for flag, v in (("--group-size", args.group_size), ("--stride", args.stride)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag} {v}: expected a positive number of devices")
+    group = args.group_size if args.group_size is not None else topo.tiers[0].size
+    op = args.op.replace("-", "_")  # all-gather, as the docs write it, is all_gather
+    c = topology_cost(op, int(nbytes) if float(nbytes).is_integer() else nbytes, topo.with_devices(group * args.stride),
                       group, args.stride, args.algorithm)
     span = [(t.name, k) for t, k in topo.with_devices(group * args.stride).span(group, args.stride) if k > 1]
     doc = {"op": c.op, "topology": topo.name, "group_size": group, "stride": args.stride,

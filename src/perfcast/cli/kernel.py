@@ -92,10 +92,10 @@ def _meshes(spec, args):
     (None without --topology)."""
     if not args.topology:
         return lambda point: None
-    from perfcast.cli.args import number
+    from perfcast.cli.args import bounded
     from perfcast.hardware.topology import Mesh, resolve_topology
 
-    bw = None if args.link_bandwidth is None else number(args.link_bandwidth, "--link-bandwidth", "B/s")
+    bw = None if args.link_bandwidth is None else bounded(args.link_bandwidth, "--link-bandwidth", "B/s", positive=True)
     topo = resolve_topology(args.topology, bw)
     if not spec.mesh_axes:
         raise UserError(f"--topology: kernel {spec.name} declares no device mesh (it runs on one device)")
