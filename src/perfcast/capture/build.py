@@ -55,10 +55,10 @@ def hf_config(model: ModelConfig):
     indexes every architecture transformers has)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from perfcast.models.vision import FAMILIES
+    from perfcast.models.vision import is_vision_language
 
     # a vision-language config is built whole (its vision tower too: capture/vision.py)
-    data = dict(model.data) if model.data.get("model_type") in FAMILIES else file_config(model.data, model.architecture)
+    data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
     try:
         return CONFIG_MAPPING[data.pop("model_type")](**data)
     except (ValueError, TypeError, KeyError) as e:
