@@ -10,8 +10,8 @@ import perfcast
 
 ROOT = Path(perfcast.__file__).parent
 # A package may import only packages of a strictly lower rank (and itself).
-RANK = {"ir": 0, "dsl": 1, "hardware": 1, "models": 1, "data": 1, "perf": 2, "kernels": 2,
-        "capture": 2, "rollup": 3, "db": 3, "engines": 3, "inference": 4, "report": 5, "profiler": 5, "cli": 6}
+RANK = {"ir": 0, "inputs": 1, "dsl": 2, "hardware": 2, "models": 2, "data": 2, "perf": 3, "kernels": 3,
+        "capture": 3, "rollup": 4, "db": 4, "engines": 4, "inference": 5, "report": 6, "profiler": 6, "cli": 7}
 
 
 def _imports(path: Path):

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except UserError as e:
-        sys.stderr.write(f"perfcast {args.command}: error: {e}\n")
+        # one line; a file's report of everything wrong in it lists each problem on a line of its own
+        first, *more = str(e).splitlines() or [""]
+        sys.stderr.write(f"perfcast {args.command}: error: {first}\n" + "".join(f"  {line}\n" for line in more))
         return 2
     except BrokenPipeError:
         return 0

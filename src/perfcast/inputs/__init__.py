@@ -1,0 +1,9 @@
+"""Where input enters perfcast: files users write or download (configs, device and topology
+YAMLs, profiling databases, caches) and numbers users type. Everything here checks what it
+reads where it reads it and turns every problem into a :class:`perfcast.ir.UserError` that
+names the file, key or flag and what was expected, quoting at most a short excerpt."""
+
+from perfcast.inputs.numbers import checked_number
+from perfcast.inputs.text import MAX_TEXT_BYTES, excerpt, read_text
+
+__all__ = ["MAX_TEXT_BYTES", "checked_number", "excerpt", "read_text"]
