@@ -15,10 +15,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from perfcast.hardware.spec import MAX_FIGURE, NonNegative, Positive, SpecError, Text, _Strict, parse_spec, read_yaml
+from perfcast.hardware.spec import (MAX_FIGURE, NonNegative, Positive, SpecError, Text, _Strict, at_least, at_most,
+                                    parse_spec, read_yaml)
 
 #: A fitted figure without a sign (a residual's log ratio, its cells' centres), finite
-Figure = Annotated[float, Field(strict=True, ge=-MAX_FIGURE, le=MAX_FIGURE)]
+Figure = Annotated[float, Field(strict=True), at_least(-MAX_FIGURE), at_most(MAX_FIGURE)]
 
 
 class RampSpec(_Strict):
@@ -53,7 +54,7 @@ class OutOfSample(_Strict):
 
 class FitSpec(_Strict):
     static_s: NonNegative
-    overlap: Annotated[float, Field(strict=True, ge=1, le=MAX_FIGURE)]
+    overlap: Annotated[float, Field(strict=True, ge=1), at_most(MAX_FIGURE)]
     compute: RampSpec | None = None
     memory: RampSpec | None = None
     item_s: dict[str, NonNegative] = Field(default_factory=dict)

@@ -20,9 +20,9 @@ from perfcast.ir.dtypes import DTYPES
 from perfcast.ir.errors import UserError
 
 #: The range of a figure in a spec, in SI units. The largest shipped figure is 1.5e16 (FP4
-#: FLOP/s), the smallest rate 3e9 (B/s of a link); beyond these bounds a figure is a typo or a
-#: unit error, and within them every product and quotient of figures stays finite in a float
-#: report (a bandwidth of 5e-324 B/s would make a transfer take an infinite time).
+#: FLOP/s), the smallest rate 9.4e8 (cpu-local's bf16 FLOP/s); beyond these bounds a figure is
+#: a typo or a unit error, and within them every product and quotient of figures stays finite
+#: in a float report (a bandwidth of 5e-324 B/s would make a transfer take an infinite time).
 MAX_FIGURE = 1e30
 MIN_FIGURE = 1e-30
 #: The most units, ports, links or devices (per tier of a topology) a count in a spec gives.
@@ -32,7 +32,9 @@ MAX_COUNT = 1_000_000
 MIN_EFFICIENCY = 1e-6
 
 
-def _at_least(minimum: float) -> AfterValidator:
+def at_least(minimum: float) -> AfterValidator:
+    """A bound whose message reads as a figure (``1e-30``, not pydantic's thirty digits)."""
+
     def check(value: float) -> float:
         if value < minimum:
             raise ValueError(f"expected at least {minimum:g}, got {value!r}")
@@ -41,16 +43,28 @@ def _at_least(minimum: float) -> AfterValidator:
     return AfterValidator(check)
 
 
+def at_most(maximum: float) -> AfterValidator:
+    """A bound whose message reads as a figure (``1e+30``, not pydantic's thirty-one digits)."""
+
+    def check(value: float) -> float:
+        if value > maximum:
+            raise ValueError(f"expected at most {maximum:g}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
 DType = Literal[DTYPES]  # type: ignore[valid-type]
-Positive = Annotated[float, Field(strict=True, gt=0, le=MAX_FIGURE), _at_least(MIN_FIGURE)]
-NonNegative = Annotated[float, Field(strict=True, ge=0, le=MAX_FIGURE)]  # a fitted latency may be zero
+Positive = Annotated[float, Field(strict=True, gt=0), at_least(MIN_FIGURE), at_most(MAX_FIGURE)]
+NonNegative = Annotated[float, Field(strict=True, ge=0), at_most(MAX_FIGURE)]  # a fitted latency may be zero
 PositiveInt = Annotated[int, Field(strict=True, gt=0, le=MAX_COUNT)]
-Efficiency = Annotated[float, Field(strict=True, gt=0, le=1), _at_least(MIN_EFFICIENCY)]
+Efficiency = Annotated[float, Field(strict=True, gt=0, le=1), at_least(MIN_EFFICIENCY)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 
 
 class SpecError(UserError):
-    """A device (or other spec) file is invalid; the message is one line naming file and key."""
+    """A device (or other spec) file is invalid; the message is one line naming file and key, or
+    a report of every problem in the file, a line each."""
 
 
 class _Strict(BaseModel):
@@ -214,7 +228,7 @@ def problems(err: ValidationError) -> list[str]:
 
 
 def _problem(e) -> list[str]:
-    loc = ".".join(str(p) for p in e["loc"])
+    loc = ".".join(_key(p) for p in e["loc"])
     kind = e["type"]
     if kind == "value_error":  # a model check: "@KEY: what" per line, KEY relative to the model
         out = []
@@ -234,6 +248,13 @@ def _problem(e) -> list[str]:
     else:
         what = f"{e['msg'].lower()} (got {excerpt(e.get('input'))})"
     return [f"key '{loc}': {what}"]
+
+
+def _key(part: object) -> str:
+    """A key of a location as a report shows it: as written when it is short and printable,
+    else a short excerpt (a key of junk may hold a newline or ten thousand characters)."""
+    text = str(part)
+    return text if text.isprintable() and len(text) <= 60 and "'" not in text else excerpt(part)
 
 
 def parse_spec(model: type[BaseModel], path: Path, data: object) -> BaseModel:

@@ -163,9 +163,8 @@ class _CoreConstructor(SafeConstructor):
         return float(text)  # the pattern is a subset of what float() reads; 1e400 is inf
 
     def construct_undefined(self, node):
-        raise ConstructorError(None, None, f"tag {_short(node.tag.replace(_TAG, '!!', 1))} is not plain YAML data (perfcast reads "
-                                           f"mappings, lists, strings, numbers, booleans and null)",
-                               node.start_mark)
+        raise ConstructorError(None, None, f"tag {_short(node.tag.replace(_TAG, '!!', 1))} is not plain YAML data "
+                                           f"(mappings, lists, strings, numbers, booleans, null)", node.start_mark)
 
     def _scalar(self, node, kind: str) -> str:
         text = self.construct_scalar(node)
@@ -222,14 +221,17 @@ def parse_yaml(text: str, where: str | Path) -> object:
         if isinstance(e, ConstructorError):  # well-formed YAML that perfcast refuses to build
             raise UserError(f"{where}: line {mark.line + 1}: {what}" if mark else f"{where}: {what}") from None
         raise UserError(f"{where}: not valid YAML{line}: {what}") from None
-    except yaml.YAMLError as e:  # a reader error: a character YAML does not allow
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow, at a character offset
+        line = text.count("\n", 0, e.position) + 1
+        raise UserError(f"{where}: not valid YAML at line {line}: {_cut(str(e).splitlines()[0])}") from None
+    except yaml.YAMLError as e:
         raise UserError(f"{where}: not valid YAML: {_cut(str(e).splitlines()[0])}") from None
     finally:
         if loader is not None:
             loader.dispose()
     if loader.repeated:
         raise problems_error(where, [f"line {line}: key {_short(key)} given twice (YAML keeps only the last; "
-                                     f"remove one)" for line, key in loader.repeated])
+                                     f"remove one)" for line, key in sorted(loader.repeated, key=lambda r: r[0])])
     return data
 
 
