@@ -130,7 +130,7 @@ def test_every_shipped_yaml_reads_as_before():
         assert parse_yaml(text, path) == yaml.load(text, Loader=_Yaml11WithExponents), path
 
 
-class _Yaml11WithExponents(yaml.SafeLoader):
+class _Yaml11WithExponents(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     pass
 
 
@@ -208,7 +208,8 @@ def test_inf_in_a_topology_and_an_engine_profile(tmp_path):
 
 
 def test_non_utf8_and_binary_files(tmp_path):
-    latin1 = _write(tmp_path, _device_text(**{"description: NVIDIA": "description: Gerät"}).encode("latin-1", "replace"))
+    text = _device_text(**{"description: NVIDIA": "description: Gerät"})
+    latin1 = _write(tmp_path, text.encode("latin-1", "replace"))
     offset = latin1.read_bytes().index(b"\xe4")
     assert _error("devices", "--device-file", str(latin1)) == (
         f"perfcast devices: error: {latin1}: not UTF-8 text (byte 0xe4 at offset {offset:,})\n")

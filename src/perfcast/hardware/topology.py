@@ -30,8 +30,8 @@ import sympy
 from pydantic import Field, model_validator
 
 from perfcast.hardware.device import exact
-from perfcast.hardware.spec import (Efficiency, NonNegative, Positive, PositiveInt, Text, _Strict, get_shipped, parse_spec, read_yaml, shipped_files,
-                                    source_problems)
+from perfcast.hardware.spec import (Efficiency, NonNegative, Positive, PositiveInt, Text, _Strict, get_shipped,
+                                    parse_spec, read_yaml, shipped_files, source_problems)
 from perfcast.ir.errors import UserError
 
 KINDS = ("torus", "ring", "switch", "full_mesh")

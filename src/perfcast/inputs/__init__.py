@@ -8,4 +8,5 @@ from perfcast.inputs.problems import problems_error
 from perfcast.inputs.text import MAX_TEXT_BYTES, excerpt, read_text
 from perfcast.inputs.yamlfile import dump_yaml, load_yaml, parse_yaml
 
-__all__ = ["MAX_TEXT_BYTES", "checked_number", "dump_yaml", "excerpt", "load_yaml", "parse_yaml", "problems_error", "read_text"]
+__all__ = ["MAX_TEXT_BYTES", "checked_number", "dump_yaml", "excerpt", "load_yaml", "parse_yaml", "problems_error",
+           "read_text"]

@@ -29,19 +29,19 @@ from pathlib import Path
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, ScalarNode
+from yaml.nodes import MappingNode
 from yaml.resolver import BaseResolver
 
 from perfcast.inputs.problems import problems_error
 from perfcast.inputs.text import excerpt, read_text
 from perfcast.ir.errors import UserError
 
-#: The largest YAML file perfcast reads. Shipped specs are below 40 kB; a spec a user writes is
-#: smaller still. Pure-Python composing costs a few microseconds per node, so this keeps the
-#: worst case to seconds.
+#: The largest YAML file perfcast reads. Shipped files are below 40 kB; a spec a user writes is
+#: smaller still. libyaml (C) scans it; the composer runs in Python at about 10 µs a node, which
+#: MAX_NODES bounds: a file at both limits is read or refused in about a second.
 MAX_YAML_BYTES = 4 * 1024 * 1024
 #: Nodes after expanding every alias (a mapping, a list, a scalar: one each). The largest
-#: shipped file has about 6,000.
+#: shipped file has 2,501.
 MAX_NODES = 100_000
 #: Aliases in one file. No shipped file uses one; a hand-written spec needs a few at most.
 MAX_ALIASES = 100
@@ -86,7 +86,7 @@ class _Composer(yaml.composer.Composer):
             if event.anchor in self.anchors:
                 size = self.sizes.get(event.anchor)
                 if size is None:
-                    raise ConstructorError(None, None, f"alias {_short('*' + event.anchor)} refers to a node that "
+                    raise ConstructorError(None, None, f"alias {excerpt('*' + event.anchor)} refers to a node that "
                                                        f"contains it", event.start_mark)
                 self.aliases += 1
                 if self.aliases > MAX_ALIASES:
@@ -163,13 +163,13 @@ class _CoreConstructor(SafeConstructor):
         return float(text)  # the pattern is a subset of what float() reads; 1e400 is inf
 
     def construct_undefined(self, node):
-        raise ConstructorError(None, None, f"tag {_short(node.tag.replace(_TAG, '!!', 1))} is not plain YAML data "
+        raise ConstructorError(None, None, f"tag {excerpt(node.tag.replace(_TAG, '!!', 1))} is not plain YAML data "
                                            f"(mappings, lists, strings, numbers, booleans, null)", node.start_mark)
 
     def _scalar(self, node, kind: str) -> str:
         text = self.construct_scalar(node)
         if not _PATTERNS[kind].match(text):
-            raise ConstructorError(None, None, f"!!{kind} {_short(text)} is not a YAML 1.2 {kind}", node.start_mark)
+            raise ConstructorError(None, None, f"!!{kind} {excerpt(text)} is not a YAML 1.2 {kind}", node.start_mark)
         return text
 
 
@@ -179,6 +179,7 @@ _CoreConstructor.add_constructor(_TAG + "str", SafeConstructor.construct_yaml_st
 _CoreConstructor.add_constructor(_TAG + "seq", SafeConstructor.construct_yaml_seq)
 _CoreConstructor.add_constructor(_TAG + "map", SafeConstructor.construct_yaml_map)
 _CoreConstructor.add_constructor(None, _CoreConstructor.construct_undefined)
+
 
 class _PyParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
     def __init__(self, stream):
@@ -230,7 +231,7 @@ def parse_yaml(text: str, where: str | Path) -> object:
         if loader is not None:
             loader.dispose()
     if loader.repeated:
-        raise problems_error(where, [f"line {line}: key {_short(key)} given twice (YAML keeps only the last; "
+        raise problems_error(where, [f"line {line}: key {excerpt(key)} given twice (YAML keeps only the last; "
                                      f"remove one)" for line, key in sorted(loader.repeated, key=lambda r: r[0])])
     return data
 
@@ -253,10 +254,6 @@ def dump_yaml(data: object, **options) -> str:
     """``data`` as YAML text that :func:`load_yaml` reads back unchanged (``options``: those of
     ``yaml.safe_dump``)."""
     return yaml.dump(data, Dumper=_Dumper, **options)
-
-
-def _short(value: object) -> str:
-    return excerpt(value)
 
 
 def _cut(text: str) -> str:
