@@ -45,7 +45,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
+
+from perfcast.inputs import load_yaml
 
 PKG = "aiconfigurator-core 0.12.0"
 MIN_SHAPES = 5
@@ -66,7 +67,7 @@ DEVICE_DIR = Path(__file__).resolve().parent.parent / "src/perfcast/hardware/dev
 
 
 def _peaks(device: str):
-    sheet = yaml.safe_load((DEVICE_DIR / f"{device}.yaml").read_text())["datasheet"]
+    sheet = load_yaml(DEVICE_DIR / f"{device}.yaml")["datasheet"]  # as perfcast reads it (YAML 1.2 numbers)
     return float(sheet["matrix_flops_per_s"]["bf16"]), float(sheet["hbm_bandwidth_bytes_per_s"])
 
 

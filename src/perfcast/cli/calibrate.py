@@ -26,10 +26,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import yaml
-
     from perfcast.db.calibrate import calibrate
     from perfcast.hardware import get_device
+    from perfcast.inputs import dump_yaml
     from perfcast.perf.profiling import load_database
 
     if not (args.database / "op_mapping.yaml").exists():
@@ -47,7 +46,7 @@ def run(args) -> int:
     header = (f"# perfcast kernel calibration: {device.name}, {doc['framework']} {doc['version']}.\n"
               f"# Written by `perfcast calibrate`; do not edit by hand (see docs/design/pricing.md).\n")
     try:
-        args.out.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=120))
+        args.out.write_text(header + dump_yaml(doc, sort_keys=False, width=120))
     except OSError as e:
         raise UserError(f"--out {args.out}: cannot write ({e.strerror})") from None
     print(f"wrote {args.out}: {len(doc['fits'])} fits")

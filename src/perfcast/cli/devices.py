@@ -19,9 +19,23 @@ def resolve_device(name: str, path: str | None) -> Device:
 def add_parser(sub) -> None:
     p = sub.add_parser("devices", help="list the shipped devices",
                        description="List the shipped device specs (or check one file).")
-    p.add_argument("--device-file", metavar="PATH", help="validate and show this YAML file")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--device-file", metavar="PATH", help="validate and show this YAML file")
+    what.add_argument("--template", action="store_true",
+                      help="print a commented device file to start your own from (perfcast devices "
+                           "--template > my-device.yaml)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
+
+
+def _template(what: str, args) -> int:
+    from perfcast.hardware.spec import template_path
+    from perfcast.ir import UserError
+
+    if args.json:
+        raise UserError("--template prints a YAML file; --json does not apply")
+    sys.stdout.write(template_path(what).read_text())
+    return 0
 
 
 def _row(d: Device) -> dict:
@@ -44,6 +58,8 @@ def _row(d: Device) -> dict:
 
 
 def run(args) -> int:
+    if args.template:
+        return _template("device", args)
     devices = [load_device_file(args.device_file)] if args.device_file else [get_device(n) for n in device_names()]
     rows = [_row(d) for d in devices]
     if args.json:
@@ -68,7 +84,11 @@ def run(args) -> int:
 def add_topologies_parser(sub) -> None:
     p = sub.add_parser("topologies", help="list the shipped topologies",
                        description="List the shipped topologies (or check one file): tiers innermost first.")
-    p.add_argument("--topology-file", metavar="PATH", help="validate and show this YAML file")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--topology-file", metavar="PATH", help="validate and show this YAML file")
+    what.add_argument("--template", action="store_true",
+                      help="print a commented topology file to start your own from (perfcast topologies "
+                           "--template > my-topology.yaml)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run_topologies)
 
@@ -76,6 +96,8 @@ def add_topologies_parser(sub) -> None:
 def run_topologies(args) -> int:
     from perfcast.hardware.topology import get_topology, load_topology_file, topology_names
 
+    if args.template:
+        return _template("topology", args)
     topos = [load_topology_file(args.topology_file)] if args.topology_file else [get_topology(n) for n in topology_names()]
     rows = [{"name": t.name, "description": t.description, "device": t.device, "devices": t.size,
              "tiers": [{"name": x.name, "kind": x.kind, "shape": list(x.dims), "wraparound": x.wraparound,

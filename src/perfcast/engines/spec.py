@@ -16,16 +16,18 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
+from perfcast.hardware.spec import NonNegative, SpecError, parse_spec, read_yaml
 
 Text = Annotated[str, Field(strict=True, min_length=1)]
 Sources = Annotated[list[Text], Field(min_length=1)]
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+#: a count, a token or byte limit: an integer a float holds exactly
+PositiveInt = Annotated[int, Field(strict=True, gt=0, le=2**53)]
 Phase = Literal["prefill", "decode"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity (YAML's .nan, .inf, and 1e400) are not figures
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class When(_Strict):
@@ -204,7 +206,7 @@ class LaunchMode(_Strict):
 
 
 class HostFigure(_Strict):
-    value_s: Annotated[float, Field(strict=True, ge=0)]
+    value_s: NonNegative
     source: Text
 
 

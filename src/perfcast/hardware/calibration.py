@@ -15,9 +15,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from perfcast.hardware.spec import Positive, SpecError, Text, _Strict, parse_spec, read_yaml
+from perfcast.hardware.spec import (MAX_FIGURE, NonNegative, Positive, SpecError, Text, _Strict, at_least, at_most,
+                                    parse_spec, read_yaml)
 
-NonNegative = Annotated[float, Field(strict=True, ge=0)]
+#: A fitted figure without a sign (a residual's log ratio, its cells' centres), finite
+Figure = Annotated[float, Field(strict=True), at_least(-MAX_FIGURE), at_most(MAX_FIGURE)]
 
 
 class RampSpec(_Strict):
@@ -28,8 +30,8 @@ class RampSpec(_Strict):
 
 class ResidualSpec(_Strict):
     axes: tuple[Text, Text]
-    centres: tuple[list[float], list[float]]
-    log_ratio: list[list[float]]
+    centres: tuple[list[Figure], list[Figure]]
+    log_ratio: list[list[Figure]]
 
     @model_validator(mode="after")
     def _grid(self):
@@ -52,7 +54,7 @@ class OutOfSample(_Strict):
 
 class FitSpec(_Strict):
     static_s: NonNegative
-    overlap: Annotated[float, Field(strict=True, ge=1)]
+    overlap: Annotated[float, Field(strict=True, ge=1), at_most(MAX_FIGURE)]
     compute: RampSpec | None = None
     memory: RampSpec | None = None
     item_s: dict[str, NonNegative] = Field(default_factory=dict)

@@ -10,29 +10,66 @@ one line naming the file and the key.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from perfcast.inputs import excerpt, load_yaml, problems_error
 from perfcast.ir.dtypes import DTYPES
 from perfcast.ir.errors import UserError
 
+#: The range of a figure in a spec, in SI units. The largest shipped figure is 1.5e16 (FP4
+#: FLOP/s), the smallest rate 9.4e8 (cpu-local's bf16 FLOP/s); beyond these bounds a figure is
+#: a typo or a unit error, and within them every product and quotient of figures stays finite
+#: in a float report (a bandwidth of 5e-324 B/s would make a transfer take an infinite time).
+MAX_FIGURE = 1e30
+MIN_FIGURE = 1e-30
+#: The most units, ports, links or devices (per tier of a topology) a count in a spec gives.
+MAX_COUNT = 1_000_000
+#: The least efficiency (achieved / peak): below it a leaf would take a million times its ideal
+#: time, which no measurement shows (the shipped curves start at 0.001).
+MIN_EFFICIENCY = 1e-6
+
+
+def at_least(minimum: float) -> AfterValidator:
+    """A bound whose message reads as a figure (``1e-30``, not pydantic's thirty digits)."""
+
+    def check(value: float) -> float:
+        if value < minimum:
+            raise ValueError(f"expected at least {minimum:g}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def at_most(maximum: float) -> AfterValidator:
+    """A bound whose message reads as a figure (``1e+30``, not pydantic's thirty-one digits)."""
+
+    def check(value: float) -> float:
+        if value > maximum:
+            raise ValueError(f"expected at most {maximum:g}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
 DType = Literal[DTYPES]  # type: ignore[valid-type]
-Positive = Annotated[float, Field(strict=True, gt=0)]
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
-Efficiency = Annotated[float, Field(strict=True, gt=0, le=1)]
+Positive = Annotated[float, Field(strict=True, gt=0), at_least(MIN_FIGURE), at_most(MAX_FIGURE)]
+NonNegative = Annotated[float, Field(strict=True, ge=0), at_most(MAX_FIGURE)]  # a fitted latency may be zero
+PositiveInt = Annotated[int, Field(strict=True, gt=0, le=MAX_COUNT)]
+Efficiency = Annotated[float, Field(strict=True, gt=0, le=1), at_least(MIN_EFFICIENCY)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 
 
 class SpecError(UserError):
-    """A device (or other spec) file is invalid; the message is one line naming file and key."""
+    """A device (or other spec) file is invalid; the message is one line naming file and key, or
+    a report of every problem in the file, a line each."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity (YAML's .nan, .inf, and 1e400) are not figures
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Link(_Strict):
@@ -151,80 +188,85 @@ def _leaf_paths(tree: dict, prefix: str = ""):
             yield path
 
 
-def _check_sources(needed: set[str], sources: dict[str, str]) -> None:
-    """Every value in ``needed`` has a source, and every source names such a value. The error
-    names its key relative to the model (``@sources.KEY:``), resolved by :func:`_first_error`."""
-    missing = sorted(needed - set(sources))
-    if missing:
-        raise ValueError(f"@sources.{missing[0]}: missing source for {missing[0]}")
-    unknown = sorted(set(sources) - needed)
-    if unknown:
-        raise ValueError(f"@sources.{unknown[0]}: source given for unknown value {unknown[0]}")
+def _check_sources(needed: set[str], sources: dict[str, str], key: str = "sources") -> None:
+    """Every value in ``needed`` has a source, and every source names such a value. Each
+    problem is a line naming its key relative to the model (``@sources.KEY: what``), resolved by
+    :func:`problems`."""
+    found = source_problems(needed, sources, key)
+    if found:
+        raise ValueError("\n".join(found))
 
 
-# YAML 1.1 (PyYAML) reads ``3.35e12`` as a string; accept the YAML 1.2 float forms too.
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
-    list("-+0123456789"),
-)
+def source_problems(needed: set[str], sources: dict[str, str], key: str = "sources") -> list[str]:
+    """What :func:`_check_sources` refuses, a line per value without a source or source without
+    a value, under ``key`` (the mapping that holds the sources)."""
+    return ([f"@{key}.{k}: missing source for {k}" for k in sorted(needed - set(sources))]
+            + [f"@{key}.{k}: source given for unknown value {k}" for k in sorted(set(sources) - needed)])
 
 
 def read_yaml(path: Path) -> object:
-    """Parse a YAML file; errors become one-line :class:`SpecError`."""
+    """Parse a YAML file with perfcast's safe loader (:func:`perfcast.inputs.load_yaml`: YAML 1.2
+    numbers, bounded size, aliases and depth, no repeated keys); errors become a
+    :class:`SpecError` naming the file."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-
-
-def _first_error(path: Path, err: ValidationError) -> SpecError:
-    return SpecError(error_messages(path, err)[0])
+        return load_yaml(path)
+    except SpecError:
+        raise
+    except UserError as e:
+        raise SpecError(str(e)) from None
 
 
 def error_messages(path: Path, err: ValidationError) -> list[str]:
     """One line per validation error (``path: key 'LOC': what``)."""
-    return [_message(path, e) for e in err.errors()]
+    return [f"{path}: {p}" for p in problems(err)]
 
 
-def _message(path: Path, e) -> str:
-    loc = ".".join(str(p) for p in e["loc"])
+def problems(err: ValidationError) -> list[str]:
+    """One line per problem pydantic found (``key 'LOC': what``), in the order of the model's
+    fields; a model check that finds several problems reports each on its own line."""
+    return [line for e in err.errors() for line in _problem(e)]
+
+
+def _problem(e) -> list[str]:
+    loc = ".".join(_key(p) for p in e["loc"])
     kind = e["type"]
+    if kind == "value_error":  # a model check: "@KEY: what" per line, KEY relative to the model
+        out = []
+        for msg in e["msg"].removeprefix("Value error, ").splitlines():
+            where = loc
+            if msg.startswith("@"):
+                sub, _, msg = msg[1:].partition(": ")
+                where = f"{loc}.{sub}" if loc else sub
+            out.append(f"key '{where}': {msg}")
+        return out
     if kind == "missing":
         what = "missing key"
     elif kind == "extra_forbidden":
         what = "unknown key"
-    elif kind == "value_error":
-        msg = e["msg"].removeprefix("Value error, ")
-        if msg.startswith("@"):
-            sub, _, msg = msg[1:].partition(": ")
-            loc = f"{loc}.{sub}" if loc else sub
-        return f"{path}: key '{loc}': {msg}"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):  # the input is a whole mapping: not echoed
         what = e["msg"][0].lower() + e["msg"][1:]
     else:
-        what = f"{e['msg'].lower()} (got {e.get('input')!r})"
-    return f"{path}: key '{loc}': {what}"
+        what = f"{e['msg'].lower()} (got {excerpt(e.get('input'))})"
+    return [f"key '{loc}': {what}"]
+
+
+def _key(part: object) -> str:
+    """A key of a location as a report shows it: as written when it is short and printable,
+    else a short excerpt (a key of junk may hold a newline or ten thousand characters)."""
+    text = str(part)
+    return text if text.isprintable() and len(text) <= 60 and "'" not in text else excerpt(part)
 
 
 def parse_spec(model: type[BaseModel], path: Path, data: object) -> BaseModel:
-    """Validate ``data`` (read from ``path``) against ``model``; one-line errors."""
+    """Validate ``data`` (read from ``path``) against ``model``. Every problem is reported at
+    once: one line when there is one, else ``path: N problems`` and a line per problem."""
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping at the top level")
+        got = "an empty file" if data is None else f"got {excerpt(data)}"
+        raise SpecError(f"{path}: expected a mapping at the top level ({got})")
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise _first_error(path, err) from None
+        raise problems_error(path, problems(err), SpecError) from None
 
 
 def load_spec(path: Path) -> DeviceSpec:
@@ -237,6 +279,14 @@ def shipped_files(folder: str) -> dict[str, Path]:
 
     root = resources.files("perfcast.hardware") / folder
     return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith(".yaml")}
+
+
+def template_path(what: str) -> Path:
+    """The commented starting file for a ``what`` (``device``, ``topology``) of one's own: every
+    key with its unit and meaning, placeholder values from a real part, and a source for each."""
+    from importlib import resources
+
+    return Path(str(resources.files("perfcast.hardware") / "templates" / f"{what}.yaml"))
 
 
 def get_shipped(what: str, folder: str, name: str, load):

@@ -30,8 +30,8 @@ import sympy
 from pydantic import Field, model_validator
 
 from perfcast.hardware.device import exact
-from perfcast.hardware.spec import (Positive, Text, _check_sources, _Strict, get_shipped, parse_spec, read_yaml,
-                                    shipped_files)
+from perfcast.hardware.spec import (Efficiency, NonNegative, Positive, PositiveInt, Text, _Strict, get_shipped,
+                                    parse_spec, read_yaml, shipped_files, source_problems)
 from perfcast.ir.errors import UserError
 
 KINDS = ("torus", "ring", "switch", "full_mesh")
@@ -212,14 +212,13 @@ def parse_tier(text: str, link_bandwidth: float, link_latency: float = 0.0) -> T
 # --- YAML schema ---------------------------------------------------------------------------------
 
 
-Latency = Annotated[float, Field(strict=True, ge=0)]  # a fitted latency may be zero
 Protocol = Annotated[str, Field(strict=True, pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class _ProtocolSpec(_Strict):
-    bandwidth_efficiency: Annotated[float, Field(strict=True, gt=0, le=1)] = 1.0
-    latency_s: Latency | None = None  # per step; absent: the tier's link_latency_s
-    base_latency_s: Latency = 0.0  # once per call
+    bandwidth_efficiency: Efficiency = 1.0
+    latency_s: NonNegative | None = None  # per step; absent: the tier's link_latency_s
+    base_latency_s: NonNegative = 0.0  # once per call
 
 
 class _CalibrationSpec(_ProtocolSpec):
@@ -247,9 +246,9 @@ class _CalibrationSpec(_ProtocolSpec):
 class _TierSpec(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
     kind: Literal[KINDS]  # type: ignore[valid-type]
-    shape: list[Annotated[int, Field(strict=True, gt=0)]] = Field(min_length=1)
+    shape: list[PositiveInt] = Field(min_length=1)
     wraparound: Annotated[bool, Field(strict=True)] = True
-    links_per_device: Annotated[int, Field(strict=True, gt=0)] | None = None
+    links_per_device: PositiveInt | None = None
     link_bandwidth_bytes_per_s: Positive
     link_latency_s: Positive
     calibration: dict[Literal[(*COLLECTIVES, "default")], _CalibrationSpec] = Field(default_factory=dict)  # type: ignore[valid-type]
@@ -285,11 +284,10 @@ class TopologySpec(_Strict):
             d = t.model_dump(exclude={"name", "kind", "wraparound", "calibration", "shape"}, exclude_none=True)
             values.update({f"{t.name}.{k}": v for k, v in d.items()})
             cal.update({f"{t.name}.{op}": v for op, v in t.calibration.items()})
-        _check_sources(set(values), self.sources)
-        try:
-            _check_sources(set(cal), self.calibration_sources)
-        except ValueError as e:
-            raise ValueError(str(e).replace("@sources.", "@calibration_sources.", 1)) from None
+        found = source_problems(set(values), self.sources)
+        found += source_problems(set(cal), self.calibration_sources, "calibration_sources")
+        if found:
+            raise ValueError("\n".join(found))
         return self
 
 

@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from perfcast.inference.silicon import COLUMNS
+from perfcast.inputs import load_yaml
 from perfcast.ir import UserError
 
 #: Columns a published table may state beyond the silicon layout.
@@ -46,11 +46,9 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, dict]:
     """(rows as strings in the silicon layout plus ``source``, the sources by key)."""
     p = Path(path) if path is not None else shipped_path()
     try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise UserError(f"--published {p}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"--published {p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        doc = load_yaml(p)
+    except UserError as e:
+        raise UserError(f"--published {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("tables"), list):
         raise UserError(f"{p}: key 'tables': missing (expected a list of tables)")
     sources = doc.get("sources") or {}

@@ -30,10 +30,10 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
+from perfcast.inputs import load_yaml
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
 from perfcast.models.quant_configs import read as read_quantization
@@ -55,7 +55,7 @@ def shipped_path() -> Path:
 
 
 def _data(name: str) -> dict:
-    return yaml.safe_load((resources.files("perfcast.data") / "validation" / name).read_text())
+    return load_yaml(Path(str(resources.files("perfcast.data") / "validation" / name)))
 
 
 @lru_cache(maxsize=None)

@@ -4,6 +4,9 @@ reads where it reads it and turns every problem into a :class:`perfcast.ir.UserE
 names the file, key or flag and what was expected, quoting at most a short excerpt."""
 
 from perfcast.inputs.numbers import checked_number
+from perfcast.inputs.problems import problems_error
 from perfcast.inputs.text import MAX_TEXT_BYTES, excerpt, read_text
+from perfcast.inputs.yamlfile import dump_yaml, load_yaml, parse_yaml
 
-__all__ = ["MAX_TEXT_BYTES", "checked_number", "excerpt", "read_text"]
+__all__ = ["MAX_TEXT_BYTES", "checked_number", "dump_yaml", "excerpt", "load_yaml", "parse_yaml", "problems_error",
+           "read_text"]

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-import yaml
-
+from perfcast.inputs import load_yaml
 from perfcast.ir import UserError
 
 _ROW_KEYS = frozenset({"description", "language_model", "keys", "derived", "modules", "layers", "parts",
@@ -68,7 +67,7 @@ def _path():
 
 @lru_cache(maxsize=None)
 def table() -> dict[str, Architecture]:
-    raw = yaml.safe_load(_path().read_text()) or {}
+    raw = load_yaml(str(_path())) or {}
     out = {}
     for model_type, row in raw.items():
         where = f"architectures.yaml: key {model_type!r}"

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from perfcast.inputs import load_yaml
 from perfcast.ir import UserError
 from perfcast.models.architecture import Architecture, architecture, canonical_config
 
@@ -48,7 +47,7 @@ def catalog_names() -> list[str]:
 
 
 def _sources() -> dict:
-    return yaml.safe_load((config_folder() / "SOURCES.yaml").read_text()) or {}
+    return load_yaml(str(config_folder() / "SOURCES.yaml")) or {}
 
 
 def load_model_config(name_or_path: str) -> ModelConfig:

@@ -47,9 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from perfcast.ir import Graph, Leaf, Loop
+from perfcast.inputs import dump_yaml, load_yaml
+from perfcast.ir import Graph, Leaf, Loop, UserError
 from perfcast.perf.features import features
 
 #: kernel type → (key columns, interpolation axes) for the compute kinds.
@@ -239,6 +238,14 @@ def _version(pkg: str) -> str:
         return "unknown"
 
 
+def _existing(path: Path) -> dict:
+    """What an earlier run wrote to ``path`` (nothing if it is not there), to merge into."""
+    data = load_yaml(path) if path.exists() else None
+    if data is not None and not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping at the top level (perfcast merges new measurements into it)")
+    return data or {}
+
+
 def database_dir(out: str | Path, device_name: str) -> Path:
     import torch
 
@@ -254,7 +261,7 @@ def write(measured: Measured, out: str | Path, device_name: str, info: dict) -> 
     root = database_dir(out, device_name)
     root.mkdir(parents=True, exist_ok=True)
     mapping_path = root / "op_mapping.yaml"
-    old = yaml.safe_load(mapping_path.read_text()) if mapping_path.exists() else {}
+    old = _existing(mapping_path)
     kernels = dict(old.get("kernels") or {})
     ops = dict(old.get("ops") or {})
     for name, (keys, axes) in measured.kernels.items():
@@ -270,10 +277,10 @@ def write(measured: Measured, out: str | Path, device_name: str, info: dict) -> 
     ops.update(measured.ops)
     mapping = {"schema": 1, "device": device_name, "framework": "torch", "version": str(torch.__version__),
                "kernels": kernels, "ops": ops}
-    mapping_path.write_text(yaml.safe_dump(mapping, sort_keys=False, width=200))
+    mapping_path.write_text(dump_yaml(mapping, sort_keys=False, width=200))
     man_path = root / "MANIFEST.yaml"
-    runs = (yaml.safe_load(man_path.read_text()) or {}).get("profiled", []) if man_path.exists() else []
+    runs = _existing(man_path).get("profiled") or []
     info = dict(info)
     info["profiled"] = runs + info.get("profiled", [])
-    man_path.write_text(yaml.safe_dump(info, sort_keys=False, width=200))
+    man_path.write_text(dump_yaml(info, sort_keys=False, width=200))
     return root
