@@ -103,6 +103,8 @@ def run_import(args) -> int:
 def run_check(args) -> int:
     from perfcast.db.check import inspect
 
+    if not args.dir.is_dir():
+        raise UserError(f"{args.dir}: not a directory (expected a profiling database, or a tree of them)")
     report = inspect(args.dir)
     for problem in report.problems:
         print(problem)
