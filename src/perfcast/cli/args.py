@@ -11,27 +11,8 @@ import re
 import sys
 
 from perfcast.inputs import checked_number, excerpt
+from perfcast.inputs.limits import MAX_BYTES, MAX_DEVICES, MAX_IMAGES, MAX_PIXELS, MAX_SEQUENCES, MAX_SIZE, MAX_TOKENS
 from perfcast.ir import UserError
-
-# --- Limits of the numbers the command line takes (docs/design/cli.md) ---------------------------
-
-#: Tokens in one sequence (new or cached) and in one step: attention kernels index a batch's
-#: tokens with 32-bit integers (FlashAttention's ``cu_seqlens`` and vLLM's ``query_start_loc`` are
-#: int32), so no engine runs more than 2³¹ − 1 of them.
-MAX_TOKENS = 2**31 - 1
-#: Sequences in one batch: 2²⁴, four orders of magnitude above the largest batch an engine
-#: schedules (vLLM's ``max_num_seqs`` defaults to 256–1024), and small enough that a batch of
-#: sequences of MAX_TOKENS tokens still counts its tokens in an int64 (2⁵⁵).
-MAX_SEQUENCES = 2**24
-#: Devices (and each parallel size): 2²⁰, about a thousand times the largest deployments.
-MAX_DEVICES = 2**20
-#: An image side in pixels: 65,535, the largest a JPEG can state (ITU-T T.81, 16-bit height and width).
-MAX_PIXELS = 65_535
-#: A DSL size symbol (``--set``/``--sweep`` of a kernel's dimension): a tensor extent that a
-#: 32-bit index reaches, as MAX_TOKENS.
-MAX_SIZE = 2**31 - 1
-#: A message or a buffer in bytes: what a 64-bit address space holds.
-MAX_BYTES = 2**64
 
 
 class _Once:
@@ -161,6 +142,10 @@ def devices() -> Number:
 
 def pixels() -> Number:
     return count(1, MAX_PIXELS, "the largest image side a JPEG states")
+
+
+def images() -> Number:
+    return count(1, MAX_IMAGES, "2**16 images")
 
 
 POSITIVE = Number(positive=True)

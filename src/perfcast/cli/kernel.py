@@ -154,7 +154,9 @@ def run(args) -> int:
     transforms = parse(args.overlap)
     refuse(args, ("--tree", not args.json, "prints the op tree as text; --json has no tree"),
            ("--overlap", args.rollup != "slow", "rewrites the fast roll-up's sum, which --rollup slow does not "
-                                               "show; use --rollup both"))
+                                               "show; use --rollup both"),
+           ("--sweep", args.rollup != "slow", "the slow roll-up schedules the design point only; use --rollup "
+                                             "both to see the sweep beside it"))
     sets, axes = _design_point(args)
     spec = get_kernel(args.name)
     refuse(args, ("--padded", not spec.padded, f"kernel {spec.name} is traced with padded tiling already"))

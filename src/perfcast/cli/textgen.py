@@ -9,7 +9,7 @@ import sys
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, pixels, refuse, sequences, tokens
+from perfcast.cli.args import Number, count, devices, images, pixels, refuse, sequences, tokens
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -85,7 +85,7 @@ def add_parser(sub) -> None:
     g.add_argument("--topology", metavar="NAME|FILE",
                    help="how the devices are wired (default: the device's shipped node, e.g. hgx-h200)")
     v = p.add_argument_group("images (vision-language models: Qwen2.5-VL, Qwen3-VL)")
-    v.add_argument("--image-batch-size", type=count(1, 2**16, "2**16 images"), metavar="N",
+    v.add_argument("--image-batch-size", type=images(), metavar="N",
                    help="images per sequence: the vision encoder runs on them and their tokens join the prefill "
                         "(after the --query-length text tokens)")
     v.add_argument("--image-height", type=pixels(), metavar="PX", help="image height in pixels (with --image-batch-size)")
@@ -139,7 +139,16 @@ def _images(args):
 
 
 def _inapplicable(args) -> None:
-    """Flags given where they change nothing are refused, before any capture (docs/design/cli.md)."""
+    """Flags given where they change nothing, and sizes no engine runs, are refused before any
+    capture (docs/design/cli.md)."""
+    from perfcast.inputs.limits import MAX_TOKENS
+
+    new = 1 if args.decode else args.query_length
+    for what, n in (("in one step (--num-queries × new tokens)", args.num_queries * new),
+                    ("in one sequence (--context-length + new tokens)", args.context_length + new)):
+        if n > MAX_TOKENS:
+            raise UserError(f"{n:,} tokens {what}: more than the {MAX_TOKENS:,} attention kernels count in "
+                            f"32-bit integers")
     profiling = "profiling" in (args.performance_model or ())
     refuse(args,
            ("--query-length", not args.decode, "a decode step prices one new token per sequence; "
