@@ -14,6 +14,7 @@ from perfcast.cli.args import POSITIVE, assignment, design_value, refuse, sweep
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.inputs import excerpt
 from perfcast.ir import UserError, render
+from perfcast.ir.symbols import HARDWARE
 from perfcast.kernels import get_kernel
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.report import kernel as report
@@ -128,8 +129,10 @@ def _meshes(spec, topo):
 
 
 def _design_point(args) -> tuple[list, list]:
-    """(``--set`` (symbol, value) pairs, ``--sweep`` (symbol, values) axes); a symbol set or
-    swept twice is an error, not a silent last-one-wins or a product with itself."""
+    """(``--set`` (symbol, value) pairs, ``--sweep`` (symbol, values) axes), each value checked
+    by its symbol's kind before anything is traced: a hardware parameter (``--symbolic-hw``) is
+    any finite positive number, every other symbol a DSL size (a positive integer). A symbol set
+    or swept twice is an error, not a silent last-one-wins or a product with itself."""
     sets = [assignment(text, "--set") for text in args.set]
     axes = [sweep(text, "--sweep") for text in args.sweep]
     seen: dict[str, str] = {}
@@ -137,17 +140,8 @@ def _design_point(args) -> tuple[list, list]:
         if sym in seen:
             raise UserError(f"{flag} {sym}: {sym} is given by {seen[sym]} already; give it once")
         seen[sym] = flag
-    return sets, axes
-
-
-def _checked(sets, axes, r, graph) -> tuple[list, list]:
-    """The values of ``--set``/``--sweep`` by the kind of their symbol: a DSL size (a positive
-    integer, args.MAX_SIZE at most) or a hardware parameter (a finite positive number)."""
-    from perfcast.rollup.slow import table_symbols
-
-    sizes = {s.name for s in r.free_symbols if s.is_integer} | table_symbols(graph)
-    return ([(s, design_value("--set", s, v, size=s in sizes)) for s, v in sets],
-            [(a, [design_value("--sweep", a, v, size=a in sizes) for v in vs]) for a, vs in axes])
+    return ([(s, design_value("--set", s, v, size=s not in HARDWARE)) for s, v in sets],
+            [(a, [design_value("--sweep", a, v, size=a not in HARDWARE) for v in vs]) for a, vs in axes])
 
 
 def run(args) -> int:
@@ -191,7 +185,6 @@ def run(args) -> int:
         if sym not in known:
             raise UserError(f"unknown symbol {excerpt(sym)} for kernel {spec.name}; "
                             f"its symbols are {', '.join(sorted(known))}")
-    sets, axes = _checked(sets, axes, r, graph)
     point.update(sets)
 
     model, r = priced(point)
