@@ -67,7 +67,8 @@ def test_cli(cli):
 @pytest.mark.parametrize("args, message", [
     (["--topology", "ring:8", "--link-bandwidth", "nan", "--bytes", "1e6"],
      "--link-bandwidth: expected a finite number, got 'nan'"),
-    (["--topology", "ring:8", "--link-bandwidth=-1e9", "--bytes", "1e6"], "--link-bandwidth: expected a positive number, got '-1e9'"),
+    (["--topology", "ring:8", "--link-bandwidth=-1e9", "--bytes", "1e6"],
+     "--link-bandwidth: expected a positive number, got '-1e9'"),
     (["--topology", "ring:8", "--link-bandwidth", "1e9", "--link-latency", "-1", "--bytes", "1e6"],
      "--link-latency: expected at least 0, got '-1'"),
     (["--topology", "hgx-h200", "--bytes", "-1"], "--bytes: expected a positive number, got '-1'"),

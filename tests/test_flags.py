@@ -147,6 +147,11 @@ def test_a_flag_that_does_not_apply_is_refused(argv, message):
     assert refused(*argv) == f"perfcast {argv[0]}: error: {message}"
 
 
+def test_db_list_takes_a_device_name_not_a_pattern():
+    assert refused("db", "list", "--device", "*") == \
+        "perfcast db: error: --device '*': expected a device name (lower-case letters, digits, '.' and '-')"
+
+
 def test_db_check_of_a_missing_directory_errs_on_stderr():
     assert refused("db", "check", "/nonexistent/db") == \
         "perfcast db: error: /nonexistent/db: not a directory (expected a profiling database, or a tree of them)"

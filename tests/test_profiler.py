@@ -183,7 +183,6 @@ def test_measure_back_to_back_and_graph_replay():
 
 @pytest.mark.parametrize("argv, message", [
     (["--timing", "graph"], "--timing graph: needs a CUDA device"),
-    (["--rotate-bytes", "-1"], "--rotate-bytes must be non-negative"),
 ])
 def test_collector_options_that_cannot_apply(tmp_path, argv, message):
     import json

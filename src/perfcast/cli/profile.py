@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
                    help="profile the kernels this engine profile runs (default eager: one torch kernel per "
                         "captured op, what this collector runs faithfully; see `perfcast engines`)")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--repeats", type=count(1, 10**6, "a million samples"), default=10, help="timed samples per kernel, at least (default 10)")
+    p.add_argument("--repeats", type=count(1, 10**6, "a million samples"), default=10,
+                   help="timed samples per kernel, at least (default 10)")
     p.add_argument("--torch-device", metavar="DEV", help="torch device (default: cuda if present, else cpu)")
     p.add_argument("--timing", default="events", choices=("events", "graph"),
                    help="CUDA: events = back-to-back calls between CUDA events, host launch gaps included "

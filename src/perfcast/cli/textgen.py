@@ -88,7 +88,8 @@ def add_parser(sub) -> None:
     v.add_argument("--image-batch-size", type=images(), metavar="N",
                    help="images per sequence: the vision encoder runs on them and their tokens join the prefill "
                         "(after the --query-length text tokens)")
-    v.add_argument("--image-height", type=pixels(), metavar="PX", help="image height in pixels (with --image-batch-size)")
+    v.add_argument("--image-height", type=pixels(), metavar="PX",
+                   help="image height in pixels (with --image-batch-size)")
     v.add_argument("--image-width", type=pixels(), metavar="PX", help="image width in pixels (with --image-batch-size)")
     v.add_argument("--encoder-tp-mode", choices=("weights", "data", "replicated"),
                    help="the vision encoder under --tp-size: weights split over the ranks, or images split over "
