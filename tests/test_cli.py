@@ -66,7 +66,7 @@ def test_listings(cli):
     (["kernel", "flash-attention", "--set", "T_q=4000"], "trip count T_q/q_blk = 125/4"),
     (["kernel", "flash-attention", "--sweep", "T_kv=1000,2048"], "loop kv_tiles"),
     (["kernel", "flash-attention", "--sweep", "B="], "expected SYMBOL=v1,v2"),
-    (["kernel", "flash-attention", "--set", "B=-2"], "B = -2 must be positive"),
+    (["kernel", "flash-attention", "--set", "B=-2"], "--set B=-2: B is a size; expected a positive integer"),
     (["kernel", "flash-attn"], "unknown kernel 'flash-attn'"),
     (["kernel", "flash-attention", "--device", "h100"], "did you mean h100-sxm"),
     (["kernel", "flash-attention", "--device-file", "/nonexistent.yaml"], "cannot read"),

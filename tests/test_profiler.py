@@ -89,9 +89,9 @@ def _run(*argv):
 @pytest.mark.parametrize("argv, message", [
     (["no-such-model", "--device-name", "cpu-local"], "unknown model 'no-such-model'"),
     (["{cfg}", "--device-name", "CPU Local"], "--device-name 'CPU Local'"),
-    (["{cfg}", "--device-name", "cpu-local", "--repeats", "0"], "--repeats must be at least 1"),
     (["{cfg}", "--device-name", "cpu-local", "--decode"], "--context-length must be"),
-    (["{cfg}", "--device-name", "cpu-local", "--query-length", "0"], "--query-length must be at least 1"),
+    (["{cfg}", "--device-name", "cpu-local", "--decode", "--context-length", "8", "--query-length", "4"],
+     "--query-length: a decode step runs one new token per sequence"),
     (["{cfg}", "--device-name", "cpu-local", "--torch-device", "bogus"], "--torch-device 'bogus'"),
 ])
 def test_cli_errors_are_one_line(tmp_path, argv, message):
@@ -103,6 +103,18 @@ def test_cli_errors_are_one_line(tmp_path, argv, message):
     with pytest.raises(UserError) as info:
         _run(*argv)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "0"], "perfcast profile: error: --repeats: expected at least 1, got '0'"),
+    (["--query-length", "0"], "perfcast profile: error: --query-length: expected at least 1, got '0'"),
+    (["--rotate-bytes", "-1"], "perfcast profile: error: --rotate-bytes: expected at least 0, got '-1'"),
+    (["--num-queries", "nan"], "perfcast profile: error: --num-queries: expected a finite number, got 'nan'"),
+])
+def test_cli_refuses_numbers_before_profiling(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        _run("tiny.json", "--device-name", "cpu-local", "--out", "db", *argv)
+    assert info.value.code == 2 and capsys.readouterr().err == message + "\n"
 
 
 def test_cli_writes_a_database(tmp_path, capsys):
@@ -171,7 +183,6 @@ def test_measure_back_to_back_and_graph_replay():
 
 @pytest.mark.parametrize("argv, message", [
     (["--timing", "graph"], "--timing graph: needs a CUDA device"),
-    (["--rotate-bytes", "-1"], "--rotate-bytes must be non-negative"),
 ])
 def test_collector_options_that_cannot_apply(tmp_path, argv, message):
     import json

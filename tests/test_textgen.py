@@ -139,7 +139,7 @@ def test_explain_prints_closed_forms(cli):
 @pytest.mark.parametrize("args, message", [
     (["text-generate", "llama-3.1-9b"], "unknown model 'llama-3.1-9b'; did you mean llama-3.1-8b"),
     (["text-generate", "llama-3.1-8b", "--decode"], "--decode needs --context-length"),
-    (["text-generate", "llama-3.1-8b", "--num-queries", "0"], "--num-queries must be at least 1"),
+    (["text-generate", "llama-3.1-8b", "--num-queries", "0"], "--num-queries: expected at least 1, got '0'"),
     (["text-generate", "llama-3.1-8b", "--quantize", "fp5"], "--quantize 'fp5': expected one of"),
     (["text-generate", "llama-3.1-8b", "--device", "h999"], "unknown device"),
     (["text-generate", "llama-3.1-8b", "--performance-model", "magic"], "--performance-model 'magic'"),

@@ -421,7 +421,7 @@ def test_price_groups_decode_and_prefill_and_what_they_cannot_price(llama):
                               "published-static"),
     (["--silicon-sample", "/nonexistent/sample.csv"], "--silicon-sample /nonexistent/sample.csv: no such file"),
     (["--system", "tpu_v9"], "--system tpu_v9: no row has it"),
-    (["--limit", "0"], "--limit must be at least 1 (got 0)"),
+    (["--limit", "0"], "--limit: expected at least 1, got '0'"),
     (["--rows", "out.txt"], "--rows out.txt: expected a .csv or .json file name"),
     (["--performance-model", "magic"], "--performance-model 'magic': expected one of analytic, profiling"),
     (["--subset", "nightly"], "--subset 'nightly': expected one of ci"),

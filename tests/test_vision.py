@@ -259,8 +259,10 @@ def test_decode_of_a_vlm_is_its_language_model():
      "aspect"),
     (["qwen2.5-vl-7b-instruct", "--image-batch-size", "1", "--image-height", "448", "--image-width", "448",
       "--rollup", "slow"], "--rollup slow"),
-    (["qwen2.5-vl-7b-instruct", "--engine", "trtllm", "--encoder-tp-mode", "weights"], "replicated"),
-    (["qwen3-8b", "--encoder-tp-mode", "data"], "no vision encoder"),
+    (["qwen2.5-vl-7b-instruct", "--engine", "trtllm", "--tp-size", "2", "--encoder-tp-mode", "weights"], "replicated"),
+    (["qwen3-8b", "--tp-size", "2", "--encoder-tp-mode", "data"], "no vision encoder"),
+    (["qwen2.5-vl-7b-instruct", "--encoder-tp-mode", "data"],
+     "--encoder-tp-mode: how the vision encoder runs over --tp-size ranks; with --tp-size 1 every mode is the same"),
 ])
 def test_flag_errors(cli, args, message):
     p = cli("text-generate", *args, "--device", "h200-sxm")

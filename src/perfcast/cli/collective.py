@@ -8,7 +8,8 @@ import sys
 
 from rich.console import Console
 
-from perfcast.cli.args import bounded
+from perfcast.cli.args import BYTES, NON_NEGATIVE, POSITIVE, devices, refuse
+from perfcast.cli.devices import ad_hoc
 from perfcast.report.format import seconds, si
 
 
@@ -21,12 +22,14 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", required=True, metavar="NAME|FILE|KIND:SHAPE",
                    help="a shipped topology (perfcast topologies), a YAML file, or torus:2x2x2, "
                         "mesh:4x4 (no wraparound), ring:8, switch:8, full_mesh:8")
-    p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc shapes only)")
-    p.add_argument("--link-latency", default="0", metavar="S", help="per hop (ad-hoc shapes; default 0)")
-    p.add_argument("--bytes", required=True, metavar="N", help="message size per device")
-    p.add_argument("--group-size", type=int,
+    p.add_argument("--link-bandwidth", type=POSITIVE, metavar="B/s",
+                   help="per link, per direction (ad-hoc shapes only)")
+    p.add_argument("--link-latency", type=NON_NEGATIVE, default=0, metavar="S",
+                   help="per hop (ad-hoc shapes; default 0)")
+    p.add_argument("--bytes", type=BYTES, required=True, metavar="N", help="message size per device")
+    p.add_argument("--group-size", type=devices(),
                    help="devices taking part (default: the innermost tier; larger groups span tiers)")
-    p.add_argument("--stride", type=int, default=1,
+    p.add_argument("--stride", type=devices(), default=1,
                    help="distance between consecutive group members (e.g. 8: one GPU per node)")
     p.add_argument("--algorithm", help="force ring, multiport, tree, direct or hierarchical")
     p.add_argument("--json", action="store_true")
@@ -35,18 +38,13 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from perfcast.hardware.topology import resolve_topology
-    from perfcast.ir.errors import UserError
     from perfcast.perf.collectives import topology_cost
 
-    bw = None if args.link_bandwidth is None else bounded(args.link_bandwidth, "--link-bandwidth", "B/s",
-                                                          positive=True)
-    topo = resolve_topology(args.topology, bw, bounded(args.link_latency, "--link-latency", "S", positive=False))
-    if bw is not None and ":" not in args.topology:
-        raise UserError(f"--link-bandwidth applies to ad-hoc KIND:SHAPE topologies; {topo.name} gives its own")
-    nbytes = bounded(args.bytes, "--bytes", "N", positive=True)
-    for flag, v in (("--group-size", args.group_size), ("--stride", args.stride)):
-        if v is not None and v < 1:
-            raise UserError(f"{flag} {v}: expected a positive number of devices")
+    adhoc = ad_hoc(args.topology)
+    for flag in ("--link-bandwidth", "--link-latency"):
+        refuse(args, (flag, adhoc, f"applies to ad-hoc KIND:SHAPE topologies; {args.topology} gives its own"))
+    topo = resolve_topology(args.topology, args.link_bandwidth, args.link_latency)
+    nbytes = args.bytes
     group = args.group_size if args.group_size is not None else topo.tiers[0].size
     op = args.op.replace("-", "_")  # all-gather, as the docs write it, is all_gather
     c = topology_cost(op, int(nbytes) if float(nbytes).is_integer() else nbytes, topo.with_devices(group * args.stride),

@@ -9,9 +9,11 @@ shipped in the ``aiconfigurator-core`` package (Apache-2.0; data only) into perf
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+from perfcast.inputs import excerpt
 from perfcast.ir import UserError
 
 AIC_PIN = "aiconfigurator-core==0.12.0"
@@ -52,6 +54,10 @@ def run_list(args) -> int:
 
     if args.dir is not None and not args.dir.is_dir():
         raise UserError(f"--dir {args.dir}: not a directory")
+    # the name is a folder of the database tree: a path or a glob pattern ('*') would list others
+    if args.device is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.device):
+        raise UserError(f"--device {excerpt(args.device)}: expected a device name (lower-case letters, digits, "
+                        f"'.' and '-')")
     rows = list_databases(args.dir, args.device)
     if not rows:
         where = f"under {args.dir}" if args.dir else "shipped"
@@ -103,6 +109,8 @@ def run_import(args) -> int:
 def run_check(args) -> int:
     from perfcast.db.check import inspect
 
+    if not args.dir.is_dir():
+        raise UserError(f"{args.dir}: not a directory (expected a profiling database, or a tree of them)")
     report = inspect(args.dir)
     for problem in report.problems:
         print(problem)

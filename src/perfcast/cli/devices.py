@@ -8,12 +8,46 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from perfcast.cli.args import refuse
 from perfcast.hardware import Device, device_names, get_device, load_device_file
+from perfcast.ir import UserError
 from perfcast.report.format import si
 
+#: the device a command prices on when neither --device, --device-file nor a topology names one
+DEFAULT_DEVICE = "h100-sxm"
 
-def resolve_device(name: str, path: str | None) -> Device:
-    return load_device_file(path) if path else get_device(name)
+
+def ad_hoc(topology: str) -> bool:
+    """Whether ``--topology`` names an ad-hoc ``KIND:SHAPE`` tier (not a shipped name or a file)."""
+    return ":" in topology and not topology.endswith((".yaml", ".yml"))
+
+
+def add_device_arguments(p, topology: bool = False) -> None:
+    """--device and --device-file (one or the other)."""
+    default = f"the --topology's device, else {DEFAULT_DEVICE}" if topology else DEFAULT_DEVICE
+    p.add_argument("--device", help=f"device name (default: {default}; see `perfcast devices`)")
+    p.add_argument("--device-file", metavar="PATH", help="a device YAML file (instead of --device)")
+
+
+def resolve_device(args, topology=None) -> Device:
+    """The device of ``--device`` or ``--device-file``; with neither, the device ``topology`` (a
+    :class:`perfcast.hardware.topology.Topology`) is built from, else DEFAULT_DEVICE. A device
+    that is not the topology's is an error: its links and their bandwidth are the topology's."""
+    refuse(args, ("--device", not args.device_file, "give a device name or --device-file, not both"))
+    if args.device_file:
+        device = load_device_file(args.device_file)
+    else:
+        device = get_device(args.device or (topology.device if topology is not None and topology.device
+                                            else DEFAULT_DEVICE))
+    if topology is not None and topology.device and device.name != topology.device:
+        from perfcast.hardware.topology import get_topology, topology_names
+
+        flag = "--device-file" if args.device_file else "--device"
+        own = [n for n in topology_names() if get_topology(n).device == device.name]
+        raise UserError(f"{flag}: {device.name} is not the device of topology {topology.name} ({topology.device}); "
+                        f"drop {flag} to price on {topology.device}, or pass "
+                        + (f"--topology {' or '.join(own)}" if own else f"a topology file of {device.name} devices"))
+    return device
 
 
 def add_parser(sub) -> None:

@@ -103,6 +103,12 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
 
 
 def run(args) -> int:
+    from perfcast.inputs import excerpt
+    from perfcast.ir import UserError
+
+    if args.engine_file and args.name:
+        raise UserError(f"--engine-file: give a profile file or a shipped engine's name ({excerpt(args.name)}), "
+                        f"not both")
     if args.engine_file or args.name:
         if args.engine_file:
             p, path = load_profile_file(args.engine_file), args.engine_file

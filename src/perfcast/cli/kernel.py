@@ -10,9 +10,11 @@ import sympy
 
 from rich.console import Console
 
-from perfcast.cli.args import assignment, sweep
-from perfcast.cli.devices import resolve_device
+from perfcast.cli.args import POSITIVE, assignment, design_value, refuse, sweep
+from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
+from perfcast.inputs import excerpt
 from perfcast.ir import UserError, render
+from perfcast.ir.symbols import HARDWARE
 from perfcast.kernels import get_kernel
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.report import kernel as report
@@ -25,8 +27,7 @@ def add_parser(sub) -> None:
                        description="Price a catalog kernel: closed-form FLOPs, bytes and time, "
                                    "numbers at a design point, and a table over a sweep.")
     p.add_argument("name", help="kernel name, e.g. flash-attention")
-    p.add_argument("--device", default="h100-sxm", help="device name (default: h100-sxm)")
-    p.add_argument("--device-file", metavar="PATH", help="a device YAML file (overrides --device)")
+    add_device_arguments(p, topology=True)
     p.add_argument("--set", action="append", default=[], metavar="SYM=VALUE",
                    help="set a design symbol (or a --symbolic-hw parameter); repeatable")
     p.add_argument("--sweep", action="append", default=[], metavar="SYM=v1,v2,...",
@@ -40,7 +41,8 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", metavar="NAME|FILE|KIND:SHAPE",
                    help="price the kernel's collectives on this topology: its mesh axes are laid out "
                         "in declaration order, the first innermost (see `perfcast topologies`)")
-    p.add_argument("--link-bandwidth", metavar="B/s", help="per link, per direction (ad-hoc KIND:SHAPE only)")
+    p.add_argument("--link-bandwidth", type=POSITIVE, metavar="B/s",
+                   help="per link, per direction (ad-hoc KIND:SHAPE only)")
     add_overlap_argument(p)
     add_rollup_arguments(p)
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
@@ -87,16 +89,26 @@ def overlap_notes(transforms) -> list[str]:
     return [f"overlap {t}: {SUMMARY[t]}" for t in transforms]
 
 
-def _meshes(spec, args):
-    """A function from a design point to the hardware mesh of the kernel's axes at that point
-    (None without --topology)."""
-    if not args.topology:
-        return lambda point: None
-    from perfcast.cli.args import bounded
-    from perfcast.hardware.topology import Mesh, resolve_topology
+def _topology(args):
+    """The ``--topology`` (None without one); ``--link-bandwidth`` sets an ad-hoc one's links."""
+    from perfcast.hardware.topology import resolve_topology
 
-    bw = None if args.link_bandwidth is None else bounded(args.link_bandwidth, "--link-bandwidth", "B/s", positive=True)
-    topo = resolve_topology(args.topology, bw)
+    if not args.topology:
+        refuse(args, ("--link-bandwidth", False, "sets the links of an ad-hoc --topology KIND:SHAPE; "
+                                                 "no --topology given"))
+        return None
+    refuse(args, ("--link-bandwidth", ad_hoc(args.topology), f"applies to ad-hoc KIND:SHAPE topologies; "
+                                                             f"{args.topology} gives its own"))
+    return resolve_topology(args.topology, args.link_bandwidth)
+
+
+def _meshes(spec, topo):
+    """A function from a design point to the hardware mesh of the kernel's axes at that point
+    (None without a topology)."""
+    if topo is None:
+        return lambda point: None
+    from perfcast.hardware.topology import Mesh
+
     if not spec.mesh_axes:
         raise UserError(f"--topology: kernel {spec.name} declares no device mesh (it runs on one device)")
 
@@ -116,12 +128,36 @@ def _meshes(spec, args):
     return mesh
 
 
+def _design_point(args) -> tuple[list, list]:
+    """(``--set`` (symbol, value) pairs, ``--sweep`` (symbol, values) axes), each value checked
+    by its symbol's kind before anything is traced: a hardware parameter (``--symbolic-hw``) is
+    any finite positive number, every other symbol a DSL size (a positive integer). A symbol set
+    or swept twice is an error, not a silent last-one-wins or a product with itself."""
+    sets = [assignment(text, "--set") for text in args.set]
+    axes = [sweep(text, "--sweep") for text in args.sweep]
+    seen: dict[str, str] = {}
+    for flag, sym in [*(("--set", s) for s, _ in sets), *(("--sweep", a) for a, _ in axes)]:
+        if sym in seen:
+            raise UserError(f"{flag} {sym}: {sym} is given by {seen[sym]} already; give it once")
+        seen[sym] = flag
+    return ([(s, design_value("--set", s, v, size=s not in HARDWARE)) for s, v in sets],
+            [(a, [design_value("--sweep", a, v, size=a not in HARDWARE) for v in vs]) for a, vs in axes])
+
+
 def run(args) -> int:
     transforms = parse(args.overlap)
+    refuse(args, ("--tree", not args.json, "prints the op tree as text; --json has no tree"),
+           ("--overlap", args.rollup != "slow", "rewrites the fast roll-up's sum, which --rollup slow does not "
+                                               "show; use --rollup both"),
+           ("--sweep", args.rollup != "slow", "the slow roll-up schedules the design point only; use --rollup "
+                                             "both to see the sweep beside it"))
+    sets, axes = _design_point(args)
     spec = get_kernel(args.name)
-    device = resolve_device(args.device, args.device_file)
+    refuse(args, ("--padded", not spec.padded, f"kernel {spec.name} is traced with padded tiling already"))
+    topo = _topology(args)
+    device = resolve_device(args, topo)
     graph = spec.padded_graph if args.padded else spec.graph
-    mesh_at = _meshes(spec, args)
+    mesh_at = _meshes(spec, topo)
     cache: dict = {}
 
     def priced(pt):
@@ -140,19 +176,16 @@ def run(args) -> int:
     model, r = priced(point)
     for name in args.symbolic_hw:
         point[name] = _hw_default(device, name, r)
-    for text in args.set:
-        sym, value = assignment(text, "--set")
-        point[sym] = value
-    axes = [sweep(text, "--sweep") for text in args.sweep]
     if args.chrome_trace and args.rollup == "fast":
         raise UserError("--chrome-trace writes the slow roll-up's schedule: add --rollup slow or both")
     from perfcast.rollup.slow import table_symbols
 
     known = {s.name for s in r.free_symbols} | table_symbols(graph)
-    for sym in [*point, *(a for a, _ in axes)]:
+    for sym in [*point, *(s for s, _ in sets), *(a for a, _ in axes)]:
         if sym not in known:
-            raise UserError(f"unknown symbol {sym!r} for kernel {spec.name}; "
+            raise UserError(f"unknown symbol {excerpt(sym)} for kernel {spec.name}; "
                             f"its symbols are {', '.join(sorted(known))}")
+    point.update(sets)
 
     model, r = priced(point)
     own = {x.name for x in r.free_symbols}

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfcast.cli.args import number
-from perfcast.cli.devices import resolve_device
+from perfcast.cli.args import number, refuse
+from perfcast.cli.devices import add_device_arguments, resolve_device
+from perfcast.inputs import excerpt
 from perfcast.ir import UserError
 from perfcast.report.format import seconds
 
@@ -27,8 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")
     p.add_argument("--batch", metavar="FILE.csv",
                    help="price many ops: columns op,shapes,dtype (and optionally args, ';'-separated)")
-    p.add_argument("--device", default="h100-sxm")
-    p.add_argument("--device-file", metavar="PATH")
+    add_device_arguments(p)
     p.add_argument("--performance-model", action="append", metavar="NAME",
                    help="analytic (default) or profiling; repeatable")
     p.add_argument("--profiling-database", metavar="DIR")
@@ -70,8 +70,13 @@ def _requests(args):
 def run(args) -> int:
     from perfcast.inference.single_op import price
 
-    device = resolve_device(args.device, args.device_file)
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
+    refuse(args, ("--profiling-database", "profiling" in models, "is read by --performance-model profiling only"),
+           *((flag, not args.batch, "the --batch CSV gives each op's; give one or the other")
+             for flag in ("--shape", "--arg", "--dtype")))
+    if args.batch and args.op:
+        raise UserError(f"op {excerpt(args.op)}: the --batch CSV names the ops; give one or the other")
+    device = resolve_device(args)
     results = [price(r, device, models, args.profiling_database, args.engine) for r in _requests(args)]
     if args.json:
         for r in results:

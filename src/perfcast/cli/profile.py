@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from perfcast.cli.args import MAX_BYTES, Number, count, refuse, sequences, tokens
 from perfcast.ir import UserError
 
 
@@ -19,10 +20,10 @@ def add_parser(sub) -> None:
                    help="device name the database is filed under (e.g. cpu-local)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="database root; writes DIR/NAME/torch/<torch version>/ (merging)")
-    p.add_argument("--num-queries", type=int, default=1, help="sequences in the batch (default 1)")
-    p.add_argument("--query-length", type=int, default=128,
+    p.add_argument("--num-queries", type=sequences(), default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--query-length", type=tokens(), default=128,
                    help="new tokens per sequence in prefill (default 128)")
-    p.add_argument("--context-length", type=int, default=0, help="tokens already in the KV cache")
+    p.add_argument("--context-length", type=tokens(0), default=0, help="tokens already in the KV cache")
     p.add_argument("--decode", action="store_true", help="profile one decode step (default: prefill)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="model dtype (default: bf16 on a CUDA device, fp32 on a CPU — what each runs well)")
@@ -30,13 +31,15 @@ def add_parser(sub) -> None:
                    help="profile the kernels this engine profile runs (default eager: one torch kernel per "
                         "captured op, what this collector runs faithfully; see `perfcast engines`)")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--repeats", type=int, default=10, help="timed samples per kernel, at least (default 10)")
+    p.add_argument("--repeats", type=count(1, 10**6, "a million samples"), default=10,
+                   help="timed samples per kernel, at least (default 10)")
     p.add_argument("--torch-device", metavar="DEV", help="torch device (default: cuda if present, else cpu)")
     p.add_argument("--timing", default="events", choices=("events", "graph"),
                    help="CUDA: events = back-to-back calls between CUDA events, host launch gaps included "
                         "(as an eager step runs them; default); graph = replays of a CUDA graph of those "
                         "calls (device time only)")
-    p.add_argument("--rotate-bytes", type=int, metavar="BYTES",
+    p.add_argument("--rotate-bytes", type=Number(integer=True, minimum=0, maximum=MAX_BYTES, why="2**64 bytes"),
+                   metavar="BYTES",
                    help="cycle each kernel's weights (GEMM weights, K/V, expert weights) through copies of "
                         "at least this many bytes, so they are read from memory, not cache (default: twice "
                         "the GPU's L2 on CUDA, 0 on a CPU)")
@@ -50,6 +53,8 @@ def run(args) -> int:
 
     if args.no_fusion:
         raise UserError("--no-fusion: use --engine eager (one kernel per captured op; the default)")
+    refuse(args, ("--query-length", not args.decode, "a decode step runs one new token per sequence; "
+                                                     "--context-length sets the tokens already cached"))
     model = load_model_config(args.model)
     out = Path(args.out)
     if out.exists() and not out.is_dir():

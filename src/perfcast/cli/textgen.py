@@ -9,15 +9,15 @@ import sys
 
 from rich.console import Console
 
-from perfcast.cli.devices import resolve_device
+from perfcast.cli.args import Number, count, devices, images, pixels, refuse, sequences, tokens
+from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
 
 
-def _common(p) -> None:
+def _common(p, topology: bool) -> None:
     p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
-    p.add_argument("--device", default="h100-sxm", help="device name (default: h100-sxm)")
-    p.add_argument("--device-file", metavar="PATH", help="a device YAML file (overrides --device)")
+    add_device_arguments(p, topology)
     p.add_argument("--decode", action="store_true", help="price one decode step (default: prefill)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype")
     p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…",
@@ -42,11 +42,11 @@ def add_parser(sub) -> None:
                        description="Capture a Hugging Face causal LM on fake tensors and predict one "
                                    "serving step: time per op and in total, tokens/s per device, "
                                    "memory, bounds.")
-    _common(p)
-    p.add_argument("--num-queries", type=int, default=1, help="sequences in the batch (default 1)")
-    p.add_argument("--query-length", type=int, default=1024,
+    _common(p, topology=True)
+    p.add_argument("--num-queries", type=sequences(), default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--query-length", type=tokens(), default=1024,
                    help="new tokens per sequence in prefill (default 1024)")
-    p.add_argument("--context-length", type=int, default=0,
+    p.add_argument("--context-length", type=tokens(0), default=0,
                    help="tokens already in each sequence's KV cache (required with --decode)")
     p.add_argument("--performance-model", action="append", metavar="NAME",
                    help="analytic (default) or profiling (measured kernel tables); repeatable, "
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
                         "shipped for the device)")
     p.add_argument("--export-empirical-metrics", metavar="FILE",
                    help="write the profiling model's hits and misses as JSON")
-    p.add_argument("--memory-utilization", type=float, default=0.9,
+    p.add_argument("--memory-utilization", type=Number(positive=True, maximum=1, why="a share"), default=0.9,
                    help="share of device memory the engine may use (default 0.9, as vLLM)")
     p.add_argument("--strict-memory", action="store_true",
                    help="fail (exit 2) when the model does not fit instead of reporting it")
@@ -69,52 +69,53 @@ def add_parser(sub) -> None:
                    help="fast: the closed-form sum (default); slow: a resource-aware schedule of the "
                         "step (see docs/design/slow-rollup.md); both: side by side")
     g = p.add_argument_group("parallelism (devices = tp × dp × pp)")
-    g.add_argument("--num-devices", type=int, help="devices in the deployment (checked against the sizes)")
-    g.add_argument("--tp-size", type=int, default=1, help="tensor parallelism (heads, MLP, vocabulary split)")
-    g.add_argument("--ep-size", type=int, default=1,
+    g.add_argument("--num-devices", type=devices(), help="devices in the deployment (checked against the sizes)")
+    g.add_argument("--tp-size", type=devices(), default=1, help="tensor parallelism (heads, MLP, vocabulary split)")
+    g.add_argument("--ep-size", type=devices(), default=1,
                    help="expert parallelism: routed experts split over ep devices of the MoE group")
-    g.add_argument("--dp-size", type=int, default=1,
+    g.add_argument("--dp-size", type=devices(), default=1,
                    help="data parallelism: replicas, or with --attention-dp ranks that share MoE layers")
-    g.add_argument("--pp-size", type=int, default=1, help="pipeline stages (contiguous layers)")
+    g.add_argument("--pp-size", type=devices(), default=1, help="pipeline stages (contiguous layers)")
     g.add_argument("--attention-dp", action="store_true",
                    help="MoE models: dp ranks run attention on their own sequences and pool their "
                         "tokens in the MoE layers (dispatch/combine all-to-all over ep = tp × dp)")
     g.add_argument("--sequence-parallel", action="store_true",
                    help="reduce-scatter + all-gather around norms instead of all-reduce")
-    g.add_argument("--micro-batches", type=int, help="pipeline micro-batches (default: --pp-size)")
+    g.add_argument("--micro-batches", type=sequences(), help="pipeline micro-batches (default: --pp-size)")
     g.add_argument("--topology", metavar="NAME|FILE",
                    help="how the devices are wired (default: the device's shipped node, e.g. hgx-h200)")
     v = p.add_argument_group("images (vision-language models: Qwen2.5-VL, Qwen3-VL)")
-    v.add_argument("--image-batch-size", type=int, metavar="N",
+    v.add_argument("--image-batch-size", type=images(), metavar="N",
                    help="images per sequence: the vision encoder runs on them and their tokens join the prefill "
                         "(after the --query-length text tokens)")
-    v.add_argument("--image-height", type=int, metavar="PX", help="image height in pixels (with --image-batch-size)")
-    v.add_argument("--image-width", type=int, metavar="PX", help="image width in pixels (with --image-batch-size)")
+    v.add_argument("--image-height", type=pixels(), metavar="PX",
+                   help="image height in pixels (with --image-batch-size)")
+    v.add_argument("--image-width", type=pixels(), metavar="PX", help="image width in pixels (with --image-batch-size)")
     v.add_argument("--encoder-tp-mode", choices=("weights", "data", "replicated"),
                    help="the vision encoder under --tp-size: weights split over the ranks, or images split over "
                         "them with full weights (vLLM --mm-encoder-tp-mode, SGLang --mm-enable-dp-encoder), or "
                         "replicated (TensorRT-LLM); default: the engine's")
-    p.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
+    p.add_argument("--top", type=count(), default=15, help="rows of the op table (default 15)")
     add_overlap_argument(p)
     p.set_defaults(run=run)
 
     e = sub.add_parser("explain", help="closed-form FLOPs, bytes and time of a model step",
                        description="Capture once with symbolic batch B, new tokens S (prefill) and "
                                    "context C, and print closed forms.")
-    _common(e)
-    e.add_argument("--context-length", type=int, default=0,
+    _common(e, topology=False)
+    e.add_argument("--context-length", type=tokens(0), default=0,
                    help="prefill after a cached prefix: make the context C symbolic too")
     e.set_defaults(run=run_explain)
 
 
-def _request(args, **extra):
+def _request(args, topo=None, **extra):
     from perfcast.inference.textgen import Request
     from perfcast.models import load_model_config
 
     if args.no_fusion:
         raise UserError("--no-fusion: use --engine eager (one kernel per captured op, each launched from the host)")
-    return Request(model=load_model_config(args.model),
-                   device=resolve_device(args.device, args.device_file),
+    device = resolve_device(args, topo)
+    return Request(model=load_model_config(args.model), device=device,
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
                    kv_dtype=args.kv_cache_dtype, engine=args.engine,
                    cache=not args.no_cache, **extra)
@@ -138,6 +139,47 @@ def _images(args):
     return ImageRequest(*given.values())
 
 
+def _inapplicable(args) -> None:
+    """Flags given where they change nothing, and sizes no engine runs, are refused before any
+    capture (docs/design/cli.md)."""
+    from perfcast.inputs.limits import MAX_TOKENS
+
+    new = 1 if args.decode else args.query_length
+    for what, n in (("in one step (--num-queries × new tokens)", args.num_queries * new),
+                    ("in one sequence (--context-length + new tokens)", args.context_length + new)):
+        if n > MAX_TOKENS:
+            raise UserError(f"{n:,} tokens {what}: more than the {MAX_TOKENS:,} attention kernels count in "
+                            f"32-bit integers")
+    profiling = "profiling" in (args.performance_model or ())
+    refuse(args,
+           ("--query-length", not args.decode, "a decode step prices one new token per sequence; "
+                                               "--context-length sets the tokens already cached"),
+           ("--micro-batches", args.pp_size > 1, "pipeline micro-batches need --pp-size > 1"),
+           ("--attention-dp", args.dp_size > 1, "needs --dp-size > 1 (the data-parallel ranks that pool "
+                                                "their tokens in the MoE layers)"),
+           ("--encoder-tp-mode", args.tp_size > 1, "how the vision encoder runs over --tp-size ranks; "
+                                                   "with --tp-size 1 every mode is the same"),
+           ("--profiling-database", profiling, "is read by --performance-model profiling only"),
+           ("--export-empirical-metrics", profiling, "writes the profiling model's hits and misses: add "
+                                                     "--performance-model profiling"),
+           ("--top", not args.json, "sets the rows of the tables; --json lists every op"))
+
+
+def _topology(args):
+    """The ``--topology`` of a step on several devices (None without one)."""
+    from perfcast.hardware.topology import resolve_topology
+
+    if args.topology is None:
+        return None
+    if ad_hoc(args.topology):
+        raise UserError(f"--topology {args.topology}: text-generate takes a shipped topology (see "
+                        f"`perfcast topologies`) or a topology YAML file, which gives the links' bandwidth")
+    if args.tp_size * args.dp_size * args.pp_size == 1:
+        raise UserError(f"--topology {args.topology}: a step on one device uses no links; give --tp-size, "
+                        f"--dp-size or --pp-size (or --device alone for one device)")
+    return resolve_topology(args.topology)
+
+
 def run(args) -> int:
     from perfcast.capture.parallel import Layout
     from perfcast.inference.textgen import simulate
@@ -145,7 +187,8 @@ def run(args) -> int:
     from perfcast.rollup.overlap import parse
 
     transforms = parse(args.overlap)
-    req = _request(args, num_queries=args.num_queries, query_length=args.query_length,
+    _inapplicable(args)
+    req = _request(args, _topology(args), num_queries=args.num_queries, query_length=args.query_length,
                    context_length=args.context_length,
                    performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
                    profiling_database=args.profiling_database,
@@ -218,6 +261,8 @@ def run(args) -> int:
 def run_explain(args) -> int:
     from perfcast.inference.explain import explain
 
+    refuse(args, ("--context-length", not args.decode, "a decode step's context C is always symbolic; "
+                                                       "--context-length makes it symbolic in a prefill"))
     req = _request(args, context_length=args.context_length or (1 if args.decode else 0))
     doc = explain(req)
     if args.json:

@@ -8,6 +8,7 @@ import sys
 
 from rich.console import Console
 
+from perfcast.cli.args import count, refuse
 from perfcast.ir import UserError
 
 
@@ -32,8 +33,8 @@ def add_parser(sub) -> None:
                    help="only one named population: llama-3.1-8b-h100-trtllm, stratified, published or "
                         "published-static")
     p.add_argument("--subset", metavar="NAME", help="ci: the fast subset CI runs (see docs/design/validation.md)")
-    p.add_argument("--limit", type=int, metavar="N", help="at most N rows (in file order, after the filters)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the stratified sample (default 0)")
+    p.add_argument("--limit", type=count(), metavar="N", help="at most N rows (in file order, after the filters)")
+    p.add_argument("--seed", type=count(0), default=0, help="seed of the stratified sample (default 0)")
     p.add_argument("--performance-model", action="append", metavar="NAME",
                    help="analytic (default) or profiling; repeatable, reported side by side")
     p.add_argument("--no-baseline", action="store_true", help="skip the datasheet roofline baseline")
@@ -66,8 +67,8 @@ def run(args) -> int:
     for m in models:
         if m not in PERFORMANCE_MODELS:
             raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
-    if args.seed < 0:
-        raise UserError(f"--seed must be non-negative (got {args.seed})")
+    refuse(args, ("--seed", args.population in (None, "stratified"),
+                  f"draws the stratified sample; --population {args.population} is not drawn"))
     if args.rows and not args.rows.endswith((".csv", ".json")):
         raise UserError(f"--rows {args.rows}: expected a .csv or .json file name")
     req = ValidationRequest(silicon_sample=_silicon_sample(args.silicon_sample), published=args.published,

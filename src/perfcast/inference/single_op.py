@@ -5,11 +5,14 @@ performance model prices the resulting leaf."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 from perfcast.capture import Capture, lower
 from perfcast.hardware import Device
 from perfcast.inference.textgen import make_model
+from perfcast.inputs import excerpt
+from perfcast.inputs.limits import MAX_ELEMENTS
 from perfcast.ir import UserError
 from perfcast.rollup import rollup
 
@@ -23,11 +26,17 @@ class OpRequest:
 
 
 def parse_shapes(text: str, where: str) -> tuple[tuple[int, ...], ...]:
-    """``4096x4096;4096x14336`` → ((4096, 4096), (4096, 14336))."""
+    """``4096x4096;4096x14336`` → ((4096, 4096), (4096, 14336)); every dim at least 1 (an empty
+    tensor prices nothing) and at most MAX_ELEMENTS elements in a tensor."""
     try:
-        return tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
+        shapes = tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
     except ValueError:
-        raise UserError(f"{where}: shapes {text!r}: expected dims like 4096x4096;4096x14336") from None
+        raise UserError(f"{where}: shapes {excerpt(text)}: expected dims like 4096x4096;4096x14336") from None
+    for shape in shapes:
+        if min(shape) < 1 or math.prod(shape) > MAX_ELEMENTS:
+            raise UserError(f"{where}: shape {excerpt('x'.join(map(str, shape)))}: expected dims of at least 1 "
+                            f"and at most 2**63 - 1 elements (torch counts them in int64)")
+    return shapes
 
 
 def _resolve(op: str):

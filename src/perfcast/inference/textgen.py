@@ -119,6 +119,8 @@ class Request:
                 raise UserError(f"--topology {self.topology}: text-generate takes a shipped topology (see "
                                 f"`perfcast topologies`) or a topology YAML file, which gives the links' bandwidth")
             topo = resolve_topology(self.topology)
+            if topo.device is not None and topo.device != self.device.name:
+                raise UserError(f"--topology {topo.name} is built from {topo.device} devices, not {self.device.name}")
         else:
             topo = default_topology(self.device.name)
         return Mesh(topo.with_devices(self.devices), tuple(self.layout.mesh_axes(bool(par.experts_of(self.model.data)))))
@@ -129,7 +131,7 @@ def default_topology(device: str) -> Topology:
     matches = [t for t in (get_topology(n) for n in topology_names()) if t.device == device]
     if len(matches) != 1:
         raise UserError(f"several devices on {device} need a topology: pass --topology (a shipped name — "
-                        f"see `perfcast topologies` — a YAML file, or e.g. switch:8 with --link-bandwidth)"
+                        f"see `perfcast topologies` — or a topology YAML file)"
                         if not matches else f"--topology: {device} is in {', '.join(t.name for t in matches)}; "
                         f"choose one")
     return matches[0]

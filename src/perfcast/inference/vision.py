@@ -35,6 +35,7 @@ from perfcast.capture import lower
 from perfcast.capture import parallel as par
 from perfcast.engines.launch import launch_for
 from perfcast.inference import memory
+from perfcast.inputs.limits import MAX_TOKENS
 from perfcast.ir import Graph, Leaf, UserError, leaves
 from perfcast.ir.rules import make_leaf
 from perfcast.models import vision as vmodels
@@ -113,6 +114,9 @@ def simulate(req, simulate_text):
     text = vmodels.language_model(vl)
     fam = vmodels.family(vl)
     tokens = im.per_query * proc.tokens(im.height, im.width) if im else 0
+    if im and req.num_queries * (req.query_length + tokens) > MAX_TOKENS:
+        raise UserError(f"--image-batch-size {im.per_query}: {tokens:,} image tokens per sequence make more than "
+                        f"the {MAX_TOKENS:,} tokens in one step that attention kernels count in 32-bit integers")
     deepstack = len(vmodels.vision_config(vl).get("deepstack_visual_indexes") or []) if fam.deepstack else 0
     lm_req = replace(req, model=text, query_length=req.query_length + tokens, encoder_tp_mode=None,
                      image_tokens=(tokens, int(text.data["hidden_size"]), deepstack) if tokens else None)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from perfcast.inputs import excerpt
 from perfcast.ir import Graph, Op, UserError, walk
 from perfcast.rollup.fast import FastRollup
 from perfcast.rollup.overlap_account import OverlapEvaluation, account
@@ -69,13 +70,14 @@ __all__ = ["ORDER", "SUMMARY", "OverlapRollup", "Step", "overlap", "parse", "wei
 def parse(names: Iterable[str]) -> tuple[str, ...]:
     """Transform names (``all`` = every one) → the enabled ones in application order."""
     wanted = set()
-    for n in names:
+    for given in names:
+        n = given.replace("_", "-")  # double_buffer is double-buffer, as all_gather is all-gather
         if n == "all":
             wanted |= set(ORDER)
         elif n in ORDER:
             wanted.add(n)
         else:
-            raise UserError(f"--overlap {n!r}: expected one of {', '.join(ORDER)} or all")
+            raise UserError(f"--overlap {excerpt(given)}: expected one of {', '.join(ORDER)} or all")
     return tuple(n for n in ORDER if n in wanted)
 
 
