@@ -123,8 +123,9 @@ def _big(n: float) -> str:
     return f"{int(n):,}" if float(n).is_integer() else f"{n:g}"
 
 
-def count(minimum: int = 1, maximum: int | None = None, why: str = "") -> Number:
-    """An integer flag: at least ``minimum``, at most ``maximum``."""
+def count(minimum: int = 1, maximum: int = MAX_SIZE, why: str = "counted in 32-bit integers") -> Number:
+    """An integer flag: at least ``minimum``, at most ``maximum`` (every count perfcast takes, rows
+    of a table included, fits the 32-bit integers sizes are counted in)."""
     return Number(integer=True, minimum=minimum, maximum=maximum, why=why)
 
 
