@@ -11,6 +11,7 @@ from perfcast.capture import Capture, lower
 from perfcast.hardware import Device
 from perfcast.inference.textgen import make_model
 from perfcast.ir import UserError
+from perfcast.perf import EmpiricalPerformanceModel
 from perfcast.rollup import rollup
 
 
@@ -83,6 +84,7 @@ def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str
            "performance_models": {}, "unknown_ops": [op for (op, _), _n in low.unknown.items()]}
     for name in models:
         model = make_model(name, device, database, None, profile)
+        assumed = model.notes if isinstance(model, EmpiricalPerformanceModel) else ()
         r = rollup(low.graph, model)
         ev = r.evaluate({})
         leaves = list(ev.leaves.values())
@@ -90,6 +92,6 @@ def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str
             "time_s": ev.time_s,
             "source": ",".join(sorted({row["source"] for row in leaves})) or "none",
             "bound": leaves[0]["limiter"] if len(leaves) == 1 else ",".join(row["limiter"] for row in leaves),
-            "notes": sorted({n for lt in r.leaves for n in lt.result.notes}),
+            "notes": [*assumed, *sorted({n for lt in r.leaves for n in lt.result.notes})],
         }
     return out
