@@ -26,9 +26,12 @@ class OpRequest:
 def parse_shapes(text: str, where: str) -> tuple[tuple[int, ...], ...]:
     """``4096x4096;4096x14336`` → ((4096, 4096), (4096, 14336))."""
     try:
-        return tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
+        shapes = tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
     except ValueError:
         raise UserError(f"{where}: shapes {text!r}: expected dims like 4096x4096;4096x14336") from None
+    if not shapes or any(d < 1 for s in shapes for d in s):
+        raise UserError(f"{where}: shapes {text!r}: expected dims of at least 1, like 4096x4096;4096x14336")
+    return shapes
 
 
 def _resolve(op: str):
