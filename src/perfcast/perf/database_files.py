@@ -143,7 +143,8 @@ def inside(root: Path, folder: Path, name: str, where: str) -> Path:
     except (OSError, ValueError, RuntimeError) as e:  # a symlink loop, a name the OS refuses
         raise SpecError(f"{where}: {excerpt(name)}: cannot resolve ({e})") from None
     if not target.is_relative_to(base):
-        raise SpecError(f"{where}: {excerpt(name)} leads to {excerpt(str(target), 120)}, outside the database "
+        shown = str(target) if len(str(target)) <= 160 else str(target)[:160] + "…"
+        raise SpecError(f"{where}: {excerpt(name)} leads to {shown}, outside the database "
                         f"root {base}; a database reads only files inside its device folder")
     return target
 

@@ -63,8 +63,10 @@ def read_table(path: Path, name: str, keys: list[str] | None, axes=(), transform
         return None, [*problems, f"{path}: no rows, only the header (expected one measurement per line)"]
     present = [c for c in wanted if c in header]
     try:
+        # only an empty cell is missing: a cell reading "nan" or "NA" is kept as written, so an
+        # error quotes it (and a numeric check refuses it)
         df = pd.read_csv(io.BytesIO(data), usecols=present, dtype={c: str for c in present if c in TEXT_COLUMNS},
-                         low_memory=False)
+                         keep_default_na=False, na_values=[""], low_memory=False)
     except (ValueError, pd.errors.ParserError) as e:  # the structure checks should leave none
         return None, [f"{path}: cannot read as CSV ({excerpt(str(e), 120)})"]
     transform = transform or {}
@@ -161,6 +163,8 @@ def _plain(data: bytes) -> tuple[np.ndarray, list[str], np.ndarray]:
     """The numbers of the non-blank lines (the header's first), the header, and each line's
     cell count, from the byte offsets of newlines and commas (a file without quotes)."""
     arr = np.frombuffer(data, dtype=np.uint8)
+    if not len(arr):
+        return np.empty(0, int), [], np.empty(0, int)
     nl = np.flatnonzero(arr == 10)
     starts = np.concatenate(([0], nl + 1))
     ends = np.concatenate((nl, [len(arr)]))
