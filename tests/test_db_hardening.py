@@ -300,7 +300,10 @@ def test_db_check_shortens_a_long_list(db):
     (("schema: 1", "schema: 1.0"), "key 'schema': expected the integer 1, got 1.0"),
     (("schema: 1", "schema: true"), "key 'schema': expected the integer 1, got True"),
     (("schema: 1", "schema: .nan"), "key 'schema': expected the integer 1, got nan"),
-    (("device: h200-sxm", "device: ../../h200"), "key 'device': string should match pattern"),
+    (("device: h200-sxm", "device: ../../h200"),
+     "key 'device': expected a name of letters, digits and . _ + - (at most 100 characters), got '../../h200'"),
+    (("category: compute", "category: magic"), "key 'ops.aten.mm.default.category': expected one of composite, "
+                                               "zero_cost, accepted_miss, communication"),
     (("axes: [M]", "axes: [M, B]"), "key 'kernels.MatMul.axes': 'B' is not one of the keys"),
     (("axes: [M]", "axes: [dtype]"), "key 'kernels.MatMul.axes': 'dtype' holds names, not numbers to interpolate in"),
     (("axes: [M]", "axes: [M], transform: {K: log}"), "key 'kernels.MatMul.transform': 'K' is not one of the axes"),

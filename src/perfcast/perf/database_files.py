@@ -17,10 +17,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from perfcast.hardware.spec import SpecError, read_yaml
 from perfcast.inputs import excerpt
@@ -34,15 +35,43 @@ TEXT_COLUMNS = ("shape", "dtype", "kv_dtype", "routing")
 STATISTICS = ("latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how", "kernel_source")
 
 
+def _name(value: object) -> str:
+    if not (isinstance(value, str) and _NAME.fullmatch(value)):
+        raise ValueError(f"expected a name of letters, digits and . _ + - (at most 100 characters), "
+                         f"got {excerpt(value)}")
+    return value
 
+
+def _text(limit: int, what: str):
+    def check(value: object) -> str:
+        if not (isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()):
+            raise ValueError(f"expected {what} (printable, at most {limit} characters), got {excerpt(value)}")
+        return value
+    return check
+
+
+def _one_of(*choices: str):
+    def check(value: object) -> str:
+        if value not in choices or not isinstance(value, str):
+            raise ValueError(f"expected one of {', '.join(choices)}, got {excerpt(value)}")
+        return value
+    return check
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
 #: A device, framework, version, kernel-type or column name: what folder and file names allow
-#: (``2.13.0+cpu`` is torch's version string).
-Name = Annotated[str, Field(strict=True, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")]
-#: A path relative to the mapping: printable, no NUL (an OS refuses it), bounded.
-RelPath = Annotated[str, Field(strict=True, min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f]+$")]
+#: (``2.13.0+cpu`` is torch's version string). Checked before pydantic's own checks, so a
+#: refusal quotes a short excerpt of the value.
+Name = Annotated[str, BeforeValidator(_name)]
+#: A path relative to the mapping: printable (no NUL: an OS refuses it), bounded.
+RelPath = Annotated[str, BeforeValidator(_text(1000, "a relative path"))]
+OpName = Annotated[str, BeforeValidator(_text(300, "an op name"))]
+Reason = Annotated[str, BeforeValidator(_text(1000, "a reason"))]
+Transform = Annotated[str, BeforeValidator(_one_of("linear", "sqrt", "log"))]
 
 #: Categories that price a leaf from a table, so name one.
 PRICED = ("communication", "attention_special", "elementwise", "moe_fused", "compute")
+Category = Annotated[str, BeforeValidator(_one_of("composite", "zero_cost", "accepted_miss", *PRICED))]
 
 
 class _Strict(BaseModel):
@@ -50,7 +79,7 @@ class _Strict(BaseModel):
 
 
 def _relative(value: str) -> str:
-    if Path(value).is_absolute() or value.startswith("~"):
+    if Path(value).is_absolute():
         raise ValueError(f"{excerpt(value)} is an absolute path; a database names its files relative to its folder")
     return value
 
@@ -59,7 +88,7 @@ class KernelSpec(_Strict):
     file: RelPath
     keys: list[Name] = Field(min_length=1, max_length=64)
     axes: list[Name] = Field(default_factory=list)
-    transform: dict[Name, Literal["linear", "sqrt", "log"]] = Field(default_factory=dict)
+    transform: dict[Name, Transform] = Field(default_factory=dict)
 
     @field_validator("file")
     @classmethod
@@ -86,11 +115,10 @@ class KernelSpec(_Strict):
 
 
 class OpEntry(_Strict):
-    category: Literal["composite", "communication", "attention_special", "elementwise", "moe_fused",
-                      "zero_cost", "accepted_miss", "compute"]
+    category: Category
     kernel_type: Name | None = None
     alternate_kernel_types: list[Name] = Field(default_factory=list)
-    reason: Annotated[str, Field(strict=True, max_length=1000)] | None = None
+    reason: Reason | None = None
 
     @model_validator(mode="after")
     def _kernel_named(self):
@@ -108,7 +136,7 @@ class Mapping(_Strict):
     version: Name
     communication: RelPath | None = None
     kernels: dict[Name, KernelSpec]
-    ops: dict[Annotated[str, Field(min_length=1, max_length=300)], OpEntry]
+    ops: dict[OpName, OpEntry]
 
     @field_validator("schema_version", mode="before")
     @classmethod
