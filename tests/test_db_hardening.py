@@ -102,6 +102,9 @@ def test_a_database_of_another_framework_is_refused_under_the_engine():
 
 def test_another_version_of_the_engine_framework_is_a_note(db):
     (db / "op_mapping.yaml").write_text(MAPPING.replace("version: 1.3.0rc20", "version: 1.2.0"))
+    assert "op_mapping.yaml: declares h200-sxm/trtllm/1.2.0 but lies in 'h200-sxm/trtllm/1.3.0rc20'/" \
+        in one_error(*mm(db))
+    db = db.rename(db.parent / "1.2.0")
     rc, out, _ = mm(db)
     notes = json.loads(out)["performance_models"]["profiling"]["notes"]
     assert rc == 0 and notes[0] == ("engine trtllm runs trtllm 1.3.0rc20 kernels; they are priced from the "
@@ -120,7 +123,7 @@ def test_the_folders_and_the_manifest_must_agree_with_the_mapping(db):
     moved = db.parents[2] / "h100-sxm" / "trtllm" / "1.3.0rc20"
     moved.parent.mkdir(parents=True)
     db.rename(moved)
-    with pytest.raises(SpecError, match="declares device h200-sxm but lies in the folder of 'h100-sxm'"):
+    with pytest.raises(SpecError, match="declares h200-sxm/trtllm/1.3.0rc20 but lies in 'h100-sxm/trtllm/1.3.0rc20'/"):
         ProfilingDataSource(moved)
 
 
@@ -168,6 +171,17 @@ def test_communication_and_the_mapping_itself_stay_inside(db, outside, tmp_path)
     (db / "op_mapping.yaml").unlink()
     (db / "op_mapping.yaml").symlink_to(elsewhere)
     assert "'op_mapping.yaml' leads to" in one_error(*mm(db))
+
+
+def test_folders_named_otherwise_than_the_mapping_keep_the_database_in_its_own_folder(db):
+    """The device folder is the root only when the folders are named as the mapping names
+    device, framework and version; else a mapping could reach the folders above it."""
+    renamed = db.parents[2] / "h200" / "custom" / "1.3.0rc20"
+    renamed.parent.mkdir(parents=True)
+    db.rename(renamed)
+    (db.parents[1] / "nccl").rename(renamed.parents[1] / "nccl")
+    assert (f"key 'communication': '../../nccl/2.0' leads to {renamed.parents[1] / 'nccl' / '2.0'}, outside the "
+            f"database root {renamed}") in one_error(*mm(renamed))
 
 
 def test_a_flat_database_keeps_its_files_in_its_own_folder(tmp_path, outside):

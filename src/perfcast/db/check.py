@@ -86,11 +86,10 @@ def _check_mapping(path: Path, report: Report) -> tuple[Path, Path] | None:
         mapping = Mapping.model_validate(data)
     except ValidationError as err:
         report.problems += error_messages(path, err)
-        device = data.get("device")
-        _check_kernels_of_invalid(folder, database_root(folder, device) if isinstance(device, str) else folder,
-                                  data.get("kernels"), report)
+        base = database_root(folder, data.get("device"), data.get("framework"), data.get("version"))
+        _check_kernels_of_invalid(folder, base, data.get("kernels"), report)
         return None
-    base = database_root(folder, mapping.device)
+    base = database_root(folder, mapping.device, mapping.framework, mapping.version)
     report.problems += identity_problems(folder, mapping)
     for name, spec in mapping.kernels.items():
         _add(report, *table_problems(folder, name, spec, base))

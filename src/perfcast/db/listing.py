@@ -40,7 +40,7 @@ def describe(db: Database) -> dict:
     mapping_path = db.path / "op_mapping.yaml"
     mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
     folder = db.path.resolve()
-    base = database_root(folder, mapping.device)
+    base = database_root(folder, mapping.device, mapping.framework, mapping.version)
     kernels = {}
     for name, spec in mapping.kernels.items():
         path = inside(base, folder, spec.file, f"{mapping_path}: key 'kernels.{name}.file'")

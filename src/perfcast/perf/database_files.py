@@ -6,13 +6,12 @@
 - Paths: every file a database names (its tables, its ``communication`` directory and the
   tables there, its ``MANIFEST.yaml``) is resolved, symlinks followed, and must lie inside the
   database's root — its device folder when the database lies at
-  ``{device}/{framework}/{version}/`` under a folder named for the device its mapping declares
-  (collectives live in ``{device}/{comm-library}/{version}/``, a sibling), else the database's
-  own folder. An absolute path, or one that climbs out (``../../../../etc/passwd``, a symlink
+  ``{device}/{framework}/{version}/`` in folders named as its mapping names them (collectives
+  live in ``{device}/{comm-library}/{version}/``, a sibling), else the database's own folder. An absolute path, or one that climbs out (``../../../../etc/passwd``, a symlink
   to elsewhere), is refused with one line: perfcast never opens a file outside the database it
   was given.
-- Identity: the device, framework and version the mapping declares must agree with the
-  ``MANIFEST.yaml`` beside it and with the folders it lies in.
+- Identity: the device the mapping declares must agree with the folders it lies in and the
+  ``MANIFEST.yaml`` beside it.
 """
 
 from __future__ import annotations
@@ -152,11 +151,16 @@ class Mapping(_Strict):
 
 
 
-def database_root(folder: Path, device: str) -> Path:
+def database_root(folder: Path, device: object, framework: object, version: object) -> Path:
     """The folder every path of the database at ``folder`` (resolved) must lie in: the device
-    folder two levels up when it is named for ``device`` (the mapping's), else ``folder``."""
+    folder when the database lies at ``{device}/{framework}/{version}/`` exactly as its mapping
+    names them (as ``perfcast db import`` and ``perfcast profile`` write it), else ``folder``
+    itself — so a mapping cannot widen its reach by naming the folders above wherever it was
+    unpacked."""
     up = folder.parent.parent
-    return up if up.name == device and up != folder.parent else folder
+    if folder.name == version and folder.parent.name == framework and up.name == device and up != folder.parent:
+        return up
+    return folder
 
 
 def inside(root: Path, folder: Path, name: str, where: str) -> Path:
@@ -178,20 +182,24 @@ def inside(root: Path, folder: Path, name: str, where: str) -> Path:
 
 
 def identity_problems(folder: Path, mapping: Mapping, manifest: bool = True) -> list[str]:
-    """Where the mapping's device disagrees with the ``{device}/{framework}/{version}`` folders it
-    lies in, or (``manifest``) with the ``MANIFEST.yaml`` beside it. Loading compares the folders
+    """Where the mapping's device, framework or version disagrees with the
+    ``{device}/{framework}/{version}`` folders it lies in (when the other two agree: a tree laid
+    out for finding databases), or (``manifest``) its device with the ``MANIFEST.yaml`` beside it. Loading compares the folders
     only (the manifest is documentation, and parsing it would cost a shipped database's load
     ~10 %); ``perfcast db check`` compares both."""
     problems = []
     where = folder / "op_mapping.yaml"
-    if folder.parent.name == mapping.framework and folder.name == mapping.version \
-            and folder.parent.parent.name != mapping.device:
-        problems.append(f"{where}: declares device {mapping.device} but lies in the folder of "
-                        f"{excerpt(folder.parent.parent.name)} ({folder.parent.parent})")
+    folders = (folder.parent.parent.name, folder.parent.name, folder.name)
+    declared = (mapping.device, mapping.framework, mapping.version)
+    if sum(a == b for a, b in zip(folders, declared)) == 2:  # laid out as a database tree, one name off
+        problems.append(f"{where}: declares {'/'.join(declared)} but lies in "
+                        f"{excerpt('/'.join(folders), 120)}/ (the folders name the device, framework and "
+                        f"version a database is found by)")
     manifest = folder / "MANIFEST.yaml" if manifest else None
     if manifest is not None and (manifest.exists() or manifest.is_symlink()):
         try:
-            data = read_yaml(inside(database_root(folder, mapping.device), folder, "MANIFEST.yaml", str(manifest)))
+            root = database_root(folder, mapping.device, mapping.framework, mapping.version)
+            data = read_yaml(inside(root, folder, "MANIFEST.yaml", str(manifest)))
         except SpecError as e:
             return [*problems, str(e)]
         said = data.get("device") if isinstance(data, dict) else None

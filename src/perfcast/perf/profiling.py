@@ -140,7 +140,7 @@ class ProfilingDataSource(DataSource):
             raise SpecError(f"{mapping_path}: missing (a profiling database needs op_mapping.yaml)")
         inside(folder, folder, "op_mapping.yaml", str(mapping_path))
         self.mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
-        base = database_root(folder, self.mapping.device)
+        base = database_root(folder, self.mapping.device, self.mapping.framework, self.mapping.version)
         for problem in identity_problems(folder, self.mapping, manifest=False):
             raise SpecError(problem)
         self.tables = {n: load_table(folder, n, s, base) for n, s in self.mapping.kernels.items()}
