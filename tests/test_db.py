@@ -334,13 +334,13 @@ ops:
 
 @pytest.fixture
 def db(tmp_path):
-    root = tmp_path / "dev" / "test" / "0"
+    root = tmp_path / "h200-sxm" / "test" / "0"
     root.mkdir(parents=True)
     (root / "op_mapping.yaml").write_text(MAPPING)
     (root / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1024,4096,4096,bf16,50\n2048,4096,4096,bf16,90\n")
     (root / "Mul.csv").write_text("shape,dtype,latency_us\n1024x4096,bf16,40\n")
-    (tmp_path / "dev" / "nccl" / "1").mkdir(parents=True)
-    (tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
+    (tmp_path / "h200-sxm" / "nccl" / "1").mkdir(parents=True)
+    (tmp_path / "h200-sxm" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
     return root
 
 
@@ -354,16 +354,16 @@ def test_check_good_database(db, tmp_path):
     (lambda p: (p / "MatMul.csv").unlink(), "kernel MatMul names MatMul.csv, which is missing"),
     (lambda p: (p / "MatMul.csv").write_text("M,K,dtype,latency_us\n1,2,bf16,3\n"), "missing column 'N'"),
     (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,0\n1,2,4,bf16,-1\n"),
-     "line 2: latency_us must be positive (2 rows)"),
+     "line 2: column 'latency_us': expected a positive number of microseconds up to 1e+09, got '0' (2 rows)"),
     (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,4\n1,2,3,bf16,5\n"),
-     "duplicate keys (1 rows repeat a key)"),
+     "line 3: repeats the key of line 2 (M=1, K=2, N=3, dtype=bf16)"),
     (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("kernel_type: Mul", "kernel_type: Mull")),
      "kernel type 'Mull' is not under 'kernels'"),
     (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("category: compute", "category: magic")),
      "key 'ops.aten.mm.default.category'"),
     (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("nccl/1", "nccl/2")), "is not a directory"),
     (lambda p: (p.parent.parent / "nccl" / "1" / "AllReduce.csv").write_text("devices,bytes,latency_us\n8,2,0\n"),
-     "AllReduce.csv: line 2: latency_us must be positive"),
+     "AllReduce.csv: line 2: column 'latency_us': expected a positive number"),
     (lambda p: (p / "op_mapping.yaml").write_text("schema: [1\n"), "not valid YAML"),
 ])
 def test_check_reports_each_problem(db, edit, message):
@@ -379,8 +379,8 @@ def test_check_reports_all_problems_at_once(db):
     (db / "Mul.csv").write_text("shape,dtype,latency_us\n1x2,bf16,1\n1x2,bf16,2\n")
     problems = "\n".join(check_database(db))
     for message in ("key 'version': missing key", "key 'ops.aten.mm.default.category'",
-                    "missing column 'N'", "missing column 'dtype'", "latency_us must be positive",
-                    "Mul.csv: duplicate keys"):
+                    "missing column 'N'", "missing column 'dtype'",
+                    "Mul.csv: line 3: repeats the key of line 2 (shape=1x2, dtype=bf16)"):
         assert message in problems
     assert len(check_database(db)) == 6
 
@@ -395,7 +395,9 @@ def test_cli_check_and_import(db, aic, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "ok: 3 kernel tables, 4 rows"
     (db / "Mul.csv").write_text("shape,dtype,latency_us\n1x2,bf16,0\n")
     assert main(["db", "check", str(db)]) == 2
-    assert "latency_us must be positive" in capsys.readouterr().out
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"perfcast db: error: {db}: 1 problem"
+    assert err[1].startswith(f"  {db / 'Mul.csv'}: line 2: column 'latency_us': expected a positive number")
     assert main(["db", "import", "aiconfigurator", "--system", "test_sys", "--backend", "trtllm",
                  "--out", str(tmp_path / "out"), "--aic-root", str(aic), "--uncompressed"]) == 0
     out = capsys.readouterr().out
@@ -415,7 +417,7 @@ def test_cli_import_without_aiconfigurator(monkeypatch, tmp_path, capsys):
 def test_check_and_load_gzip_tables(db, tmp_path):
     """Tables may be gzip-compressed (``*.csv.gz``): loaded, checked and counted alike; a table
     present in both forms is a problem, never a silent choice."""
-    for path in (db / "MatMul.csv", tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv"):
+    for path in (db / "MatMul.csv", tmp_path / "h200-sxm" / "nccl" / "1" / "AllReduce.csv"):
         path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
         path.unlink()
     (db / "op_mapping.yaml").write_text(MAPPING.replace("file: MatMul.csv", "file: MatMul.csv.gz"))
@@ -424,6 +426,6 @@ def test_check_and_load_gzip_tables(db, tmp_path):
     src = ProfilingDataSource(db)
     assert src.lookup(_mm(1536, k=4096, n=4096)).latency_us == pytest.approx(70.0)  # 50 + 40 * 512/1024
     assert sorted(src.tables) == ["AllReduce", "MatMul", "Mul"]
-    (tmp_path / "dev" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
+    (tmp_path / "h200-sxm" / "nccl" / "1" / "AllReduce.csv").write_text("devices,dtype,bytes,latency_us\n8,fp16,2048,10\n")
     problems = check_database(db)
     assert len(problems) == 1 and "table AllReduce is both AllReduce.csv and AllReduce.csv.gz; keep one" in problems[0]

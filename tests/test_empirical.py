@@ -12,7 +12,7 @@ from perfcast.perf.profiling import ProfilingDataSource
 MAPPING = """\
 schema: 1
 device: h200-sxm
-framework: test
+framework: trtllm
 version: "0"
 kernels:
   MatMul: {file: MatMul.csv, keys: [M, K, N, dtype], axes: [M]}
@@ -95,8 +95,10 @@ def test_unmapped_and_symbolic_ops_miss(model):
 @pytest.mark.parametrize("edit, message", [
     (lambda p: (p / "MatMul.csv").unlink(), "names MatMul.csv, which is missing"),
     (lambda p: (p / "MatMul.csv").write_text("M,K,dtype,latency_us\n1,2,bf16,3\n"), "missing column 'N'"),
-    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,0\n"), "line 2: latency_us must be positive"),
-    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,4\n1,2,3,bf16,5\n"), "duplicate keys"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,0\n"),
+     "line 2: column 'latency_us': expected a positive number of microseconds up to 1e+09, got '0'"),
+    (lambda p: (p / "MatMul.csv").write_text("M,K,N,dtype,latency_us\n1,2,3,bf16,4\n1,2,3,bf16,5\n"),
+     "line 3: repeats the key of line 2 (M=1, K=2, N=3, dtype=bf16)"),
     (lambda p: (p / "op_mapping.yaml").unlink(), "op_mapping.yaml: missing"),
     (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("kernel_type: Mul", "kernel_type: Mull")), "kernel type 'Mull' is not under 'kernels'"),
     (lambda p: (p / "op_mapping.yaml").write_text(MAPPING.replace("category: compute", "category: magic")), "ops.aten.mm.default.category"),
@@ -169,7 +171,6 @@ ops:
   perfcast.attention.default: {category: attention_special, kernel_type: Gen, alternate_kernel_types: [Ctx]}
   perfcast.moe_experts.default: {category: moe_fused, kernel_type: Experts}
   fused[add+mul]: {category: composite}
-  nccl.all_reduce: {category: communication}
 """)
     (tmp_path / "Gen.csv").write_text("batch,heads,kv_heads,q_len,kv_len,head_dim,dtype,latency_us\n"
                                       "8,32,8,1,1024,128,bf16,20\n8,32,8,1,4096,128,bf16,40\n")

@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
                        description="Fit every kernel class a profiling database covers (k-fold "
                                    "by shape for the out-of-sample error) and write a calibration file.")
     p.add_argument("database", type=Path, help="a profiling database directory (holds op_mapping.yaml)")
-    p.add_argument("--device", help="perfcast device the measurements are of (default: the database's)")
+    p.add_argument("--device", help="perfcast device the measurements are of (default, and the only one "
+                                    "accepted: the database's)")
     p.add_argument("--out", type=Path, required=True,
                    help="calibration file to write (shipped ones live in "
                         "perfcast/hardware/calibration/<device>/<framework>-<version>.yaml)")
@@ -33,8 +34,9 @@ def run(args) -> int:
 
     if not (args.database / "op_mapping.yaml").exists():
         raise UserError(f"{args.database}: not a profiling database (no op_mapping.yaml)")
-    mapping = load_database(args.database).mapping
-    device = get_device(args.device or mapping.device)
+    source = load_database(args.database)
+    device = get_device(args.device or source.mapping.device)
+    source.fits(device.name)  # the fits are of the device the kernels were measured on
     if device.spec.datasheet.compute_units is None:
         raise UserError(f"device {device.name} has no datasheet compute_units (SMs, CUs); the kernel "
                         f"forms count waves against it")

@@ -106,15 +106,20 @@ def run_import(args) -> int:
     return 0
 
 
+#: Problems ``db check`` lists before it counts the rest (one line each: a table's bad rows are one
+#: problem, so a long list is many broken files, and the first ones are what to fix first).
+MAX_LISTED = 30
+
+
 def run_check(args) -> int:
     from perfcast.db.check import inspect
 
     if not args.dir.is_dir():
         raise UserError(f"{args.dir}: not a directory (expected a profiling database, or a tree of them)")
     report = inspect(args.dir)
-    for problem in report.problems:
-        print(problem)
     if report.problems:
-        return 2
+        n, listed = len(report.problems), report.problems[:MAX_LISTED]
+        rest = [f"… and {n - len(listed)} more"] if n > len(listed) else []
+        raise UserError("\n".join([f"{args.dir}: {n} problem{'s' if n > 1 else ''}", *listed, *rest]))
     print(f"ok: {report.tables} kernel tables, {report.rows} rows")
     return 0

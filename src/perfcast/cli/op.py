@@ -39,37 +39,102 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _arg(text: str):
+def _arg(text: str, where: str | None = None):
+    """A non-tensor argument: true, false or a finite number; ``where`` names a batch cell."""
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
-    return number(text, "--arg", "VALUE")
+    if where is None:
+        return number(text, "--arg", "VALUE")
+    try:
+        return number(text, "--arg", "VALUE")
+    except UserError:
+        from perfcast.inputs import excerpt
+
+        raise UserError(f"{where}: {excerpt(text)} is not a finite number, true or false") from None
+
+
+#: The columns of a --batch CSV; the first three are required.
+BATCH_COLUMNS = ("op", "shapes", "dtype", "args")
+
+
+def _batch(path: str):
+    """(line, request) for each row of a ``--batch`` CSV: a header naming the columns
+    (:data:`BATCH_COLUMNS`), then one op per line; every problem is one line naming the file,
+    the line and the column."""
+    import io
+
+    from perfcast.capture.build import TORCH_DTYPES
+    from perfcast.inference.single_op import OpRequest, parse_shapes
+    from perfcast.inputs import excerpt, read_text
+
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    records, last = [], 0
+    try:
+        for record in reader:
+            start, last = last + 1, reader.line_num
+            if record:
+                records.append((start, record))
+    except csv.Error as e:
+        raise UserError(f"{path}: line {reader.line_num}: not CSV ({excerpt(str(e), 80)})") from None
+    if not records:
+        raise UserError(f"{path}: empty; expected a header naming the columns {','.join(BATCH_COLUMNS[:3])} "
+                        f"(and optionally args), then one op per line")
+    line, header = records[0]
+    missing = [c for c in BATCH_COLUMNS[:3] if c not in header]
+    if missing:
+        raise UserError(f"{path}: line {line}: expected a header naming the columns {','.join(BATCH_COLUMNS[:3])} "
+                        f"(and optionally args), got {excerpt(','.join(header), 80)} (no column {missing[0]!r})")
+    unknown = [c for c in header if c not in BATCH_COLUMNS or header.count(c) > 1]
+    if unknown:
+        raise UserError(f"{path}: line {line}: column {excerpt(unknown[0])} is unknown or repeated "
+                        f"(expected {', '.join(BATCH_COLUMNS)})")
+    if len(records) == 1:
+        raise UserError(f"{path}: no ops, only the header (expected one op per line)")
+    for line, record in records[1:]:
+        if len(record) != len(header):
+            raise UserError(f"{path}: line {line}: {len(record)} cells, the header has {len(header)}")
+        row = dict(zip(header, record))
+        where = f"{path}: line {line}: column"
+        for c in BATCH_COLUMNS[:3]:
+            if not row[c].strip():
+                raise UserError(f"{where} {c!r}: empty")
+        if row["dtype"] not in TORCH_DTYPES:
+            raise UserError(f"{where} 'dtype': {excerpt(row['dtype'])}: expected one of {', '.join(TORCH_DTYPES)}")
+        extra = tuple(_arg(a.strip(), f"{where} 'args'") for a in row.get("args", "").split(";") if a.strip())
+        yield line, OpRequest(row["op"].strip(), parse_shapes(row["shapes"], f"{where} 'shapes'"), row["dtype"], extra)
 
 
 def _requests(args):
+    """(line or None, request) for each op to price."""
     from perfcast.inference.single_op import OpRequest, parse_shapes
 
     if args.batch:
-        try:
-            with open(args.batch, newline="") as f:
-                rows = list(csv.DictReader(f))
-        except OSError as e:
-            raise UserError(f"--batch {args.batch}: cannot read ({e.strerror})") from None
-        for i, row in enumerate(rows, start=2):
-            missing = [c for c in ("op", "shapes", "dtype") if not row.get(c)]
-            if missing:
-                raise UserError(f"{args.batch}: line {i}: missing column {missing[0]!r} (expected op,shapes,dtype)")
-            extra = tuple(_arg(a) for a in (row.get("args") or "").split(";") if a.strip())
-            yield OpRequest(row["op"], parse_shapes(row["shapes"], f"{args.batch}: line {i}"), row["dtype"], extra)
+        yield from _batch(args.batch)
         return
     if not args.op or not args.shape:
         raise UserError("give an op and its --shape(s), or --batch FILE.csv")
     shapes = tuple(s for text in args.shape for s in parse_shapes(text, "--shape"))
-    yield OpRequest(args.op, shapes, args.dtype, tuple(_arg(a) for a in args.arg))
+    yield None, OpRequest(args.op, shapes, args.dtype, tuple(_arg(a) for a in args.arg))
+
+
+def _priced(args, device, models):
+    """Each request priced; a batch row's own mistake (an unknown op, shapes the op refuses)
+    names its line."""
+    from perfcast.hardware.spec import SpecError
+    from perfcast.inference.single_op import price
+
+    for line, r in _requests(args):
+        try:
+            yield price(r, device, models, args.profiling_database, args.engine)
+        except SpecError:
+            raise  # a file's problem (the database), not the row's
+        except UserError as e:
+            if line is None:
+                raise
+            raise UserError(f"{args.batch}: line {line}: {e}") from None
 
 
 def run(args) -> int:
-    from perfcast.inference.single_op import price
-
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
     refuse(args, ("--profiling-database", "profiling" in models, "is read by --performance-model profiling only"),
            *((flag, not args.batch, "the --batch CSV gives each op's; give one or the other")
@@ -77,7 +142,7 @@ def run(args) -> int:
     if args.batch and args.op:
         raise UserError(f"op {excerpt(args.op)}: the --batch CSV names the ops; give one or the other")
     device = resolve_device(args)
-    results = [price(r, device, models, args.profiling_database, args.engine) for r in _requests(args)]
+    results = list(_priced(args, device, models))
     if args.json:
         for r in results:
             sys.stdout.write(json.dumps(r) + "\n")

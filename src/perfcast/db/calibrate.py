@@ -65,14 +65,25 @@ class Sample:
         return np.unique(key, return_inverse=True)[1]
 
 
-def read_table(path: Path):
+def frame(table):
+    """A loaded (checked) kernel table as a DataFrame: its key columns and ``latency_us``."""
     import pandas as pd
 
-    return pd.read_csv(path, dtype={"dtype": str, "kv_dtype": str})
+    df = pd.DataFrame(list(table.rows), columns=list(table.keys))
+    df["latency_us"] = list(table.rows.values())
+    return df
+
+
+def needed(cls_name: str) -> tuple[str, ...]:
+    """The key columns a class's fit reads from a table (:func:`_rows`): its keys (a vector
+    kernel's bytes come from ``shape``), and the attention kernels' ``window`` and ``q_len``."""
+    keys = ("shape",) if cls_name == "vector" else CLASSES[cls_name].keys
+    return (*keys, *(("window", "q_len") if cls_name.startswith(("attention", "mla")) else ()))
 
 
 def samples(root: Path) -> list[Sample]:
     """The database's tables that a kernel class covers, one sample per variant."""
+    from perfcast.hardware.spec import SpecError
     from perfcast.perf.profiling import load_database
 
     db = load_database(Path(root))
@@ -81,7 +92,11 @@ def samples(root: Path) -> list[Sample]:
         cls_name = TABLE_CLASSES.get(name)
         if cls_name is None:
             continue
-        df = _rows(read_table(Path(root) / spec.file), name, cls_name)
+        missing = [c for c in needed(cls_name) if c not in spec.keys]
+        if missing:
+            raise SpecError(f"{Path(root) / 'op_mapping.yaml'}: kernel {name} is fitted as {cls_name}, which needs "
+                            f"key column {missing[0]!r} (its keys: {', '.join(spec.keys)})")
+        df = _rows(frame(db.tables[name]), name, cls_name)
         if df is not None and len(df):
             frames.setdefault(cls_name, []).append((name, df))
     out = []

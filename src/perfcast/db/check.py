@@ -2,11 +2,13 @@
 
 :class:`perfcast.perf.profiling.ProfilingDataSource` stops at the first problem when it loads a
 database; a database author (or an importer's test) wants the whole list. The checks are the
-loader's own (the same pydantic ``Mapping`` schema, :func:`~perfcast.perf.profiling.table_problems`
-per kernel table, :func:`~perfcast.perf.profiling.reference_problems` for the ops), so a
-database that checks clean loads. Collective tables under the mapping's ``communication``
-directory have no spec: every column but the statistics (``latency_us``, ``std_us``, … and
-``kernel_source``) is taken as a key.
+loader's own (the same pydantic ``Mapping`` schema, the same paths kept inside the database root,
+:func:`~perfcast.perf.profiling.table_problems` per kernel table,
+:func:`~perfcast.perf.profiling.collective_tables` for the communication directory,
+:func:`~perfcast.perf.profiling.reference_problems` for the ops, and the device, framework and
+version agreeing with ``MANIFEST.yaml`` and the folders), so a database that checks clean loads.
+Collective tables under the mapping's ``communication`` directory have no spec: every column but
+the statistics (``latency_us``, ``std_us``, … and ``kernel_source``) is taken as a key.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from perfcast.hardware.spec import SpecError, error_messages, read_yaml
+from perfcast.perf.database_files import database_root, identity_problems, inside
 from perfcast.perf.databases import table_files
-from perfcast.perf.profiling import STATISTICS, KernelSpec, Mapping, reference_problems, table_problems
+from perfcast.perf.profiling import (KernelSpec, Mapping, collective_tables, communication_dir, reference_problems,
+                                     table_problems)
 
 
 @dataclass
@@ -45,13 +49,16 @@ def inspect(root: Path) -> Report:
         else sorted(root.rglob("op_mapping.yaml"))
     if not mappings:
         report.problems.append(f"{root}: no op_mapping.yaml at or under it")
-    comm_dirs: list[Path] = []
+    comm_dirs: list[tuple[Path, Path]] = []
     for path in mappings:
         comm = _check_mapping(path, report)
         if comm is not None and comm not in comm_dirs:
             comm_dirs.append(comm)
-    for comm in comm_dirs:
-        _check_collectives(comm, report)
+    for comm, base in comm_dirs:
+        tables, problems = collective_tables(comm, base)
+        report.problems += problems
+        report.tables += len(tables)
+        report.rows += sum(len(t.rows) for t in tables.values())
     return report
 
 
@@ -62,9 +69,12 @@ def _add(report: Report, table, problems: list[str]) -> None:
         report.rows += len(table.rows)
 
 
-def _check_mapping(path: Path, report: Report) -> Path | None:
-    """Schema, kernel tables and op references of one mapping; its communication dir if any."""
+def _check_mapping(path: Path, report: Report) -> tuple[Path, Path] | None:
+    """Schema, identity, kernel tables and op references of one mapping; its communication
+    directory and the database root it must lie in, if any."""
+    folder = path.parent.resolve()
     try:
+        inside(folder, folder, path.name, str(path))
         data = read_yaml(path)
     except SpecError as e:
         report.problems.append(str(e))
@@ -76,30 +86,30 @@ def _check_mapping(path: Path, report: Report) -> Path | None:
         mapping = Mapping.model_validate(data)
     except ValidationError as err:
         report.problems += error_messages(path, err)
-        _check_kernels_of_invalid(path, data.get("kernels"), report)
+        base = database_root(folder, data.get("device"), data.get("framework"), data.get("version"))
+        _check_kernels_of_invalid(folder, base, data.get("kernels"), report)
         return None
+    base = database_root(folder, mapping.device, mapping.framework, mapping.version)
+    report.problems += identity_problems(folder, mapping)
     for name, spec in mapping.kernels.items():
-        _add(report, *table_problems(path.parent, name, spec))
-    comm = (path.parent / mapping.communication).resolve() if mapping.communication else None
-    if comm is not None and not comm.is_dir():
-        report.problems.append(f"{path}: key 'communication': {mapping.communication} is not a directory")
-        comm = None
-    collectives = list(_tables(comm) or {}) if comm is not None else []  # problems: _check_collectives
-    report.problems += reference_problems(mapping, path, collectives)
-    return comm
-
-
-def _tables(directory: Path, report: Report | None = None) -> dict[str, Path] | None:
-    """The directory's tables, or None (the problem recorded in ``report``, if given)."""
-    try:
-        return table_files(directory)
-    except SpecError as e:
-        if report is not None:
+        _add(report, *table_problems(folder, name, spec, base))
+    comm = None
+    if mapping.communication is not None:
+        try:
+            comm = communication_dir(folder, base, mapping)
+        except SpecError as e:
             report.problems.append(str(e))
-        return None
+    collectives = []
+    if comm is not None:
+        try:
+            collectives = list(table_files(comm))  # their problems: collective_tables, once per directory
+        except SpecError:
+            pass
+    report.problems += reference_problems(mapping, path, collectives)
+    return (comm, base) if comm is not None else None
 
 
-def _check_kernels_of_invalid(path: Path, kernels, report: Report) -> None:
+def _check_kernels_of_invalid(folder: Path, base: Path, kernels, report: Report) -> None:
     """Tables whose own spec is valid are still checked when the mapping as a whole is not."""
     if not isinstance(kernels, dict):
         return
@@ -108,25 +118,4 @@ def _check_kernels_of_invalid(path: Path, kernels, report: Report) -> None:
             spec = KernelSpec.model_validate(raw)
         except ValidationError:
             continue  # already reported against the mapping
-        _add(report, *table_problems(path.parent, str(name), spec))
-
-
-def _check_collectives(comm: Path, report: Report) -> None:
-    import pandas as pd
-
-    csvs = _tables(comm, report)
-    if csvs is None:
-        return
-    if not csvs:
-        report.problems.append(f"{comm}: no collective tables (*.csv, *.csv.gz)")
-    for name, csv in csvs.items():
-        try:
-            columns = list(pd.read_csv(csv, nrows=0).columns)
-        except Exception as e:  # pandas raises many types for malformed files
-            report.problems.append(f"{csv}: cannot read as CSV ({e})")
-            continue
-        keys = [c for c in columns if c not in STATISTICS]
-        if not keys:
-            report.problems.append(f"{csv}: no key columns besides latency_us")
-            continue
-        _add(report, *table_problems(comm, name, KernelSpec(file=csv.name, keys=keys)))
+        _add(report, *table_problems(folder, str(name), spec, base))

@@ -9,9 +9,11 @@ manifest says.
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
-from perfcast.hardware.spec import SpecError, read_yaml
+from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
+from perfcast.perf.database_files import Mapping, database_root, inside
 from perfcast.perf.databases import Database, databases, table_files
 
 
@@ -19,42 +21,50 @@ def count_rows(path: Path) -> int:
     """Data rows of a ``.csv`` or ``.csv.gz`` table (its lines minus the header)."""
     opener = gzip.open if path.name.endswith(".gz") else open
     lines, last = 0, b"\n"
-    with opener(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
+    try:
+        with opener(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise SpecError(f"{path}: cannot read ({e}; run perfcast db check)") from None
     return max(0, lines + (last != b"\n") - 1)
 
 
 def describe(db: Database) -> dict:
-    """One database: where it is, its kernel tables and its collectives, with row counts."""
+    """One database: where it is, its kernel tables and its collectives, with row counts. Its
+    mapping is validated and every file it names must lie inside the database root, as when it
+    is loaded."""
+    from perfcast.perf.profiling import communication_dir
+
     mapping_path = db.path / "op_mapping.yaml"
-    mapping = read_yaml(mapping_path)
-    if not isinstance(mapping, dict) or not isinstance(mapping.get("kernels"), dict):
-        raise SpecError(f"{mapping_path}: expected a mapping with 'kernels' (run perfcast db check)")
+    mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
+    folder = db.path.resolve()
+    base = database_root(folder, mapping.device, mapping.framework, mapping.version)
     kernels = {}
-    for name, spec in mapping["kernels"].items():
-        path = db.path / str(spec.get("file", ""))
+    for name, spec in mapping.kernels.items():
+        path = inside(base, folder, spec.file, f"{mapping_path}: key 'kernels.{name}.file'")
         if not path.is_file():
-            raise SpecError(f"{mapping_path}: kernel {name} names {spec.get('file')}, which is missing")
+            raise SpecError(f"{mapping_path}: kernel {name} names {spec.file}, which is missing")
         kernels[name] = count_rows(path)
     out = {"device": db.device, "framework": db.framework, "version": db.version, "path": str(db.path),
-           "kernels": kernels, "ops": len(mapping.get("ops") or {})}
-    comm = mapping.get("communication")
-    if comm:
-        directory = (db.path / comm).resolve()
+           "kernels": kernels, "ops": len(mapping.ops)}
+    if mapping.communication:
+        directory = communication_dir(folder, base, mapping)
         out["communication"] = {"path": str(directory),
-                                "tables": {n: count_rows(p) for n, p in table_files(directory).items()}}
-    source = _source(db.path / "MANIFEST.yaml")
+                                "tables": {n: count_rows(inside(base, directory, p.name, f"{directory}: table {n}"))
+                                           for n, p in table_files(directory).items()}}
+    source = _source(folder, base)
     if source:
         out["source"] = source
     return out
 
 
-def _source(manifest: Path) -> str | None:
+def _source(folder: Path, base: Path) -> str | None:
+    manifest = folder / "MANIFEST.yaml"
     if not manifest.exists():
         return None
-    data = read_yaml(manifest)
+    data = read_yaml(inside(base, folder, manifest.name, str(manifest)))
     src = data.get("source") if isinstance(data, dict) else None
     if isinstance(src, dict) and src.get("package"):
         return f"{src['package']} {src.get('package_version', '')}".strip()

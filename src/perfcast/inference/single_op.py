@@ -14,6 +14,7 @@ from perfcast.inference.textgen import make_model
 from perfcast.inputs import excerpt
 from perfcast.inputs.limits import MAX_ELEMENTS
 from perfcast.ir import UserError
+from perfcast.perf import EmpiricalPerformanceModel
 from perfcast.rollup import rollup
 
 
@@ -32,6 +33,8 @@ def parse_shapes(text: str, where: str) -> tuple[tuple[int, ...], ...]:
         shapes = tuple(tuple(int(d) for d in s.strip().split("x")) for s in text.split(";") if s.strip())
     except ValueError:
         raise UserError(f"{where}: shapes {excerpt(text)}: expected dims like 4096x4096;4096x14336") from None
+    if not shapes:
+        raise UserError(f"{where}: shapes {excerpt(text)}: expected dims like 4096x4096;4096x14336")
     for shape in shapes:
         if min(shape) < 1 or math.prod(shape) > MAX_ELEMENTS:
             raise UserError(f"{where}: shape {excerpt('x'.join(map(str, shape)))}: expected dims of at least 1 "
@@ -92,6 +95,7 @@ def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str
            "performance_models": {}, "unknown_ops": [op for (op, _), _n in low.unknown.items()]}
     for name in models:
         model = make_model(name, device, database, None, profile)
+        assumed = model.notes if isinstance(model, EmpiricalPerformanceModel) else ()
         r = rollup(low.graph, model)
         ev = r.evaluate({})
         leaves = list(ev.leaves.values())
@@ -99,6 +103,6 @@ def price(req: OpRequest, device: Device, models: tuple[str, ...], database: str
             "time_s": ev.time_s,
             "source": ",".join(sorted({row["source"] for row in leaves})) or "none",
             "bound": leaves[0]["limiter"] if len(leaves) == 1 else ",".join(row["limiter"] for row in leaves),
-            "notes": sorted({n for lt in r.leaves for n in lt.result.notes}),
+            "notes": [*assumed, *sorted({n for lt in r.leaves for n in lt.result.notes})],
         }
     return out

@@ -198,7 +198,9 @@ def make_model(name: str, device: Device, database: str | None = None, mesh: Mes
             if db is None:
                 raise
             root = find_database(device.name, None, framework=db.framework)
-        return EmpiricalPerformanceModel(device, load_database(root), fallback=analytic, mesh=mesh)
+        source = load_database(root)
+        return EmpiricalPerformanceModel(device, source, fallback=analytic, mesh=mesh,
+                                         notes=source.fits(device.name, engine))
     raise UserError(f"--performance-model {name!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
 
 
@@ -356,6 +358,8 @@ def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
                 notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
                              f"{unit} work of the {generic} kernel(s) no calibrated fit covers priced at datasheet peak")
         notes.extend(f"{name}: {n} ({k:,} call{'s' if k != 1 else ''})" for n, k in seen.items())
+        if isinstance(model, EmpiricalPerformanceModel):
+            notes.extend(f"{name}: {n}" for n in model.notes)
     return notes
 
 

@@ -141,6 +141,8 @@ def _check_direct(root: Path, framework: str | None, version: str | None) -> Pat
     one its mapping declares (a request that cannot apply is an error, not ignored)."""
     if framework is None and version is None:
         return root
+    if (root / "op_mapping.yaml").resolve().parent != root.resolve():  # a link out: the loader says so
+        return root
     data = read_yaml(root / "op_mapping.yaml")
     has = (str(data.get("framework")), str(data.get("version"))) if isinstance(data, dict) else ("?", "?")
     if (framework is not None and framework != has[0]) or (version is not None and version != has[1]):

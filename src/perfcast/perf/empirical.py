@@ -64,6 +64,7 @@ class EmpiricalPerformanceModel(PerformanceModel):
     name: str = "profiling"
     mesh: object = None  # a hardware.topology.Mesh: collectives' groups and the fallback's topology
     misses: list[MissRecord] = field(default_factory=list)
+    notes: tuple[str, ...] = ()  # what pricing from this data source assumes (another engine version's tables)
 
     def _fallback(self) -> PerformanceModel:
         if self.fallback is None:

@@ -16,48 +16,17 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.hardware.spec import SpecError, parse_spec, read_yaml
 from perfcast.ir import Leaf, itemsize
+from perfcast.perf.database_files import (STATISTICS, TEXT_COLUMNS, KernelSpec, Mapping,  # noqa: F401  (re-exported)
+                                          OpEntry, database_root, identity_problems, inside)
 from perfcast.perf.databases import find_database, shipped_root, table_files  # noqa: F401  (re-exported)
 from perfcast.perf.empirical import DataSource, Miss, QueryResult
 from perfcast.perf.features import NEUTRAL, features
 from perfcast.perf.model import Provenance
+from perfcast.perf.table_csv import read_table
 from perfcast.perf.tables import KernelTable
-
-Category = Literal["composite", "communication", "attention_special", "elementwise", "moe_fused",
-                   "zero_cost", "accepted_miss", "compute"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KernelSpec(_Strict):
-    file: str
-    keys: list[str] = Field(min_length=1)
-    axes: list[str] = Field(default_factory=list)
-    transform: dict[str, Literal["linear", "sqrt", "log"]] = Field(default_factory=dict)
-
-
-class OpEntry(_Strict):
-    category: Category
-    kernel_type: str | None = None
-    alternate_kernel_types: list[str] = Field(default_factory=list)
-    reason: str | None = None
-
-
-class Mapping(_Strict):
-    schema_version: Literal[1] = Field(alias="schema")
-    device: Annotated[str, Field(min_length=1)]
-    framework: Annotated[str, Field(min_length=1)]
-    version: Annotated[str, Field(min_length=1)]
-    communication: str | None = None
-    kernels: dict[str, KernelSpec]
-    ops: dict[str, OpEntry]
 
 
 @lru_cache(maxsize=8)
@@ -72,113 +41,145 @@ def normalize(op: str) -> str:
     return op.removeprefix("torch.ops.")
 
 
-def load_table(root: Path, name: str, spec: KernelSpec) -> KernelTable:
+def load_table(folder: Path, name: str, spec: KernelSpec, root: Path | None = None) -> KernelTable:
     """The kernel table ``name``; its first problem (see :func:`table_problems`) as a SpecError."""
-    table, problems = table_problems(root, name, spec)
+    table, problems = table_problems(folder, name, spec, root)
     if problems:
         raise SpecError(problems[0])
     return table
 
 
-def table_problems(root: Path, name: str, spec: KernelSpec) -> tuple[KernelTable | None, list[str]]:
-    """Read one kernel's CSV (plain or gzip) and collect every problem (missing file or columns,
-    non-positive or non-numeric latencies, repeated keys) instead of stopping at the first; the
-    table is None when there is any. ``perfcast db check`` reports them all; loading raises on
-    the first. Only the key columns and ``latency_us`` are parsed (a ``kernel_source`` or
-    statistics column is the file's, not the lookup's)."""
-    import pandas as pd
-
-    path = root / spec.file
+def table_problems(folder: Path, name: str, spec: KernelSpec, root: Path | None = None) \
+        -> tuple[KernelTable | None, list[str]]:
+    """Read one kernel's table — ``spec.file`` in the mapping's ``folder``, which must lie
+    inside the database ``root`` (default: the folder) — and collect every problem in it
+    (:func:`perfcast.perf.table_csv.read_table`) instead of stopping at the first; the table is
+    None when there is any. ``perfcast db check`` reports them all; loading raises on the first.
+    Only the key columns and ``latency_us`` are parsed (a ``kernel_source`` or statistics column
+    is the file's, not the lookup's)."""
+    where = f"{folder / 'op_mapping.yaml'}: key 'kernels.{name}.file'"
+    try:
+        path = inside(root or folder, folder, spec.file, where)
+    except SpecError as e:
+        return None, [str(e)]
     if not path.exists():
-        return None, [f"{root / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing"]
+        return None, [f"{folder / 'op_mapping.yaml'}: kernel {name} names {spec.file}, which is missing"]
+    return read_table(path, name, list(spec.keys), spec.axes, spec.transform)
+
+
+def communication_dir(folder: Path, root: Path, mapping: Mapping) -> Path:
+    """The mapping's ``communication`` directory, inside the database root."""
+    where = f"{folder / 'op_mapping.yaml'}: key 'communication'"
+    comm = inside(root, folder, mapping.communication, where)
+    if not comm.is_dir():
+        raise SpecError(f"{where}: {mapping.communication} is not a directory")
+    return comm
+
+
+def collective_tables(comm: Path, root: Path) -> tuple[dict[str, KernelTable], list[str]]:
+    """Collective tables: every CSV (or CSV.gz) of the communication directory (inside the
+    database root); keys are its columns other than the statistics, interpolated in ``bytes``
+    (linear: the α–β model between two sizes). The tables that read, and every problem."""
     try:
-        header = list(pd.read_csv(path, nrows=0).columns)
-        wanted = [c for c in (*spec.keys, "latency_us") if c in header]
-        # "1000" is a shape, not a number; a dtype or routing name is text
-        df = pd.read_csv(path, usecols=wanted, dtype={c: str for c in TEXT_COLUMNS if c in wanted})
-    except Exception as e:  # pandas raises many types for malformed files
-        return None, [f"{path}: cannot read as CSV ({e})"]
-    problems = [f"{path}: missing column {c!r} (expected {', '.join(spec.keys)}, latency_us)"
-                for c in (*spec.keys, "latency_us") if c not in header]
-    if "latency_us" in df.columns:
-        latency = pd.to_numeric(df["latency_us"], errors="coerce")
-        bad = df.index[~(latency > 0)]
-        if len(bad):
-            more = f" ({len(bad)} rows)" if len(bad) > 1 else ""
-            problems.append(f"{path}: line {int(bad[0]) + 2}: latency_us must be positive{more}")
-    if problems:
-        return None, problems
-    keys = list(zip(*(_column(df[k]) for k in spec.keys)))
-    rows = dict(zip(keys, latency.astype(float).tolist()))
-    if len(rows) != len(keys):
-        return None, [f"{path}: duplicate keys ({len(keys) - len(rows)} rows repeat a key)"]
-    try:
-        return KernelTable(name, tuple(spec.keys), tuple(spec.axes), rows, dict(spec.transform), str(path)), []
-    except ValueError as e:
-        return None, [f"{root / 'op_mapping.yaml'}: {e}"]
+        files = table_files(comm)
+    except SpecError as e:
+        return {}, [str(e)]
+    if not files:
+        return {}, [f"{comm}: no collective tables (*.csv, *.csv.gz)"]
+    tables, problems = {}, []
+    for name, path in files.items():
+        try:
+            path = inside(root, comm, path.name, f"{comm}: table {name}")
+        except SpecError as e:
+            problems.append(str(e))
+            continue
+        table, found = read_table(path, name, None)
+        problems += found
+        if table is not None:
+            tables[name] = table
+    return tables, problems
 
 
-#: Key columns read as text even when every value looks like a number.
-TEXT_COLUMNS = ("shape", "dtype", "kv_dtype", "routing")
-
-
-def _column(series) -> list:
-    """One key column as Python values: whole-number floats (a column with a blank) as ints,
-    so a key built from a leaf's integer features matches."""
-    if series.dtype.kind == "f" and bool((series.dropna() % 1 == 0).all()):
-        return [int(v) if v == v else v for v in series.tolist()]
-    return series.tolist()
-
-
-def reference_problems(mapping: Mapping, mapping_path: Path, collectives=()) -> list[str]:
+def reference_problems(mapping: Mapping, mapping_path: Path, collectives=(), keys=None) -> list[str]:
     """Ops whose kernel types are not defined under ``kernels`` (or, for communication ops,
     there or among the communication directory's tables: an engine's own all-reduce is a kernel
-    of the framework database, NCCL's are the communication directory's)."""
+    of the framework database, NCCL's are the communication directory's), and elementwise ops
+    whose table is not keyed on ``dtype`` (the lookup scales by element size)."""
     def known(entry):
         return {*mapping.kernels, *collectives} if entry.category == "communication" else set(mapping.kernels)
 
-    return [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under "
-            + ("'kernels' or the communication tables" if entry.category == "communication" else "'kernels'")
-            for op, entry in mapping.ops.items()
-            for k in (entry.kernel_type, *entry.alternate_kernel_types)
-            if k is not None and k not in known(entry)]
+    problems = [f"{mapping_path}: key 'ops.{op}': kernel type {k!r} is not under "
+                + ("'kernels' or the communication tables" if entry.category == "communication" else "'kernels'")
+                for op, entry in mapping.ops.items()
+                for k in (entry.kernel_type, *entry.alternate_kernel_types)
+                if k is not None and k not in known(entry)]
+    return problems + [f"{mapping_path}: key 'ops.{op}': an elementwise op's kernel {entry.kernel_type} must be "
+                       f"keyed on dtype (its keys: {', '.join(mapping.kernels[entry.kernel_type].keys)})"
+                       for op, entry in mapping.ops.items()
+                       if entry.category == "elementwise" and entry.kernel_type in mapping.kernels
+                       and "dtype" not in mapping.kernels[entry.kernel_type].keys]
 
 
-#: Columns of a measured table that are statistics or provenance, not keys.
-STATISTICS = ("latency_us", "std_us", "p10_us", "p90_us", "samples", "rounds", "how", "kernel_source")
-
-
-def collective_specs(comm: Path) -> dict[str, KernelSpec]:
-    """Collective tables: every CSV (or CSV.gz) of the communication directory; keys are its
-    columns other than the statistics, interpolated in ``bytes`` (linear: the α–β model between
-    two sizes)."""
-    import pandas as pd
-
-    specs = {}
-    for name, path in table_files(comm).items():
-        cols = [c for c in pd.read_csv(path, nrows=0).columns if c not in STATISTICS]
-        specs[name] = KernelSpec(file=path.name, keys=cols, axes=["bytes"] if "bytes" in cols else [])
-    return specs
+def _size(dtype: str):
+    """Bytes per element of a table's dtype, or None for a format with no element size
+    (``fp8_block``, ``w4a16``)."""
+    try:
+        return itemsize(dtype)
+    except ValueError:
+        return None
 
 
 class ProfilingDataSource(DataSource):
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        mapping_path = self.root / "op_mapping.yaml"
         if not self.root.is_dir():
             raise SpecError(f"{self.root}: profiling database directory not found")
+        folder = self.root.resolve()
+        mapping_path = self.root / "op_mapping.yaml"
         if not mapping_path.exists():
             raise SpecError(f"{mapping_path}: missing (a profiling database needs op_mapping.yaml)")
+        inside(folder, folder, "op_mapping.yaml", str(mapping_path))
         self.mapping: Mapping = parse_spec(Mapping, mapping_path, read_yaml(mapping_path))
-        self.tables = {n: load_table(self.root, n, s) for n, s in self.mapping.kernels.items()}
+        base = database_root(folder, self.mapping.device, self.mapping.framework, self.mapping.version)
+        for problem in identity_problems(folder, self.mapping, manifest=False):
+            raise SpecError(problem)
+        self.tables = {n: load_table(folder, n, s, base) for n, s in self.mapping.kernels.items()}
         if self.mapping.communication is not None:
-            comm = (self.root / self.mapping.communication).resolve()
-            if not comm.is_dir():
-                raise SpecError(f"{mapping_path}: key 'communication': {comm} is not a directory")
-            self.tables.update({n: load_table(comm, n, s) for n, s in collective_specs(comm).items()})
+            tables, problems = collective_tables(communication_dir(folder, base, self.mapping), base)
+            if problems:
+                raise SpecError(problems[0])
+            self.tables.update(tables)
         unknown = reference_problems(self.mapping, mapping_path, self.tables)
         if unknown:
             raise SpecError(unknown[0])
+
+    def fits(self, device: str, engine=None) -> tuple[str, ...]:
+        """Whether the database can price ``device`` under ``engine`` (an engine profile: its
+        ``name``, ``framework``, ``version`` and ``database`` — the framework and version its
+        kernels were measured with — or None): a database measured on another device, or with
+        another framework than the engine's database, is an error — its kernel times are not
+        those of the step priced. Returns notes for what differs but still prices: another
+        version of the engine's framework, or an engine that names no database of its own."""
+        m, where = self.mapping, self.root / "op_mapping.yaml"
+        if m.device != device:
+            raise SpecError(f"{where}: a database measured on {m.device}, not on {device} (the device priced); "
+                            f"a profiling database prices only the device it was measured on")
+        if engine is None:
+            return ()
+        want = engine.database
+        if want is None:
+            if m.framework == engine.framework:
+                return ()
+            return (f"engine {engine.name} ({engine.framework} {engine.version}) names no database of its own: its "
+                    f"kernels are priced from {m.framework} {m.version}'s measurements",)
+        if m.framework != want.framework:
+            raise SpecError(f"{where}: a {m.framework} {m.version} database, but engine {engine.name} runs "
+                            f"{want.framework} {want.version} kernels; price it with the engine the database "
+                            f"was measured with, or use a {want.framework} database")
+        if m.version != want.version:
+            return (f"engine {engine.name} runs {want.framework} {want.version} kernels; they are priced from "
+                    f"the {m.framework} {m.version} measurements",)
+        return ()
 
     def lookup(self, op: Leaf) -> QueryResult | Miss:
         name = normalize(str(op.attr("op") or op.kind))
@@ -219,7 +220,7 @@ class ProfilingDataSource(DataSource):
             return None
         col = table.keys.index("dtype")
         for other in sorted({k[col] for k in table.rows} - {feats["dtype"]}):
-            if itemsize(other) == itemsize(feats["dtype"]):
+            if _size(other) is not None and _size(other) == _size(feats["dtype"]):
                 got = self._query(kernel, {**feats, "dtype": other})
                 if isinstance(got, QueryResult):
                     return replace(got, note=f"{got.note}; measured in {other} (same element size as {feats['dtype']})")
@@ -268,8 +269,9 @@ class ProfilingDataSource(DataSource):
             return got
         for key, latency in table.rows.items():
             other = dict(zip(table.keys, key))
-            if all(other[k] == feats.get(k) for k in table.keys if k != "dtype"):
-                ratio = itemsize(feats["dtype"]) / itemsize(other["dtype"])
+            if all(other[k] == feats.get(k) for k in table.keys if k != "dtype") and _size(other["dtype"]) \
+                    and _size(feats["dtype"]):
+                ratio = _size(feats["dtype"]) / _size(other["dtype"])
                 return QueryResult(float(latency * ratio), Provenance.INTERPOLATED,
                                    f"{entry.kernel_type}: derived from {other['dtype']} by byte ratio {ratio}")
         return Miss(got)
