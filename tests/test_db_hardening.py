@@ -297,7 +297,7 @@ def test_db_check_lists_every_problem_after_a_count(db):
 
 def test_db_check_of_a_missing_directory(tmp_path):
     assert run_cli("db", "check", str(tmp_path / "nope")) == (
-        2, "", f"perfcast db: error: {tmp_path / 'nope'}: profiling database directory not found\n")
+        2, "", f"perfcast db: error: {tmp_path / 'nope'}: not a directory (expected a profiling database, or a tree of them)\n")
 
 
 def test_db_check_shortens_a_long_list(db):
@@ -369,7 +369,7 @@ def test_db_list_refuses_a_path_out_of_the_database(db, outside):
     (b"op,shapes,dtype\nmm,1x2;2x3,bf16,9\n", "line 2: 4 cells, the header has 3"),
     (b"op,shapes,dtype\n,1x2;2x3,bf16\n", "line 2: column 'op': empty"),
     (b"op,shapes,dtype\nmm,1x2;2x3,fp8\n", "line 2: column 'dtype': 'fp8': expected one of bf16, fp16, fp32"),
-    (b"op,shapes,dtype\nmm,0x2;2x3,bf16\n", "line 2: column 'shapes': shapes '0x2;2x3': expected dims of at least 1"),
+    (b"op,shapes,dtype\nmm,0x2;2x3,bf16\n", "line 2: column 'shapes': shape '0x2': expected dims of at least 1"),
     (b"op,shapes,dtype\nmm,1xq;2x3,bf16\n", "line 2: column 'shapes': shapes '1xq;2x3': expected dims like"),
     (b"op,shapes,dtype,args\naten._softmax,8x16,fp16,-1;nan\n", "line 2: column 'args': 'nan' is not a finite number"),
     (b"op,shapes,dtype\nmm,1x2;2x3,bf16\nfrob,1x2,bf16\n", "line 3: unknown op 'frob'"),
