@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
 from perfcast.hardware import Device, device_names, get_device, load_device_file
+from perfcast.report.document import check, emit
 from perfcast.report.format import si
 
 
@@ -47,9 +45,8 @@ def run(args) -> int:
     devices = [load_device_file(args.device_file)] if args.device_file else [get_device(n) for n in device_names()]
     rows = [_row(d) for d in devices]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"devices": rows})
+    check(rows)
     t = Table(title="Devices")
     for col in ("name", "description", "bf16 matrix", "fp8 matrix", "HBM", "HBM bandwidth",
                 "clock", "links", "calibrated"):
@@ -85,9 +82,8 @@ def run_topologies(args) -> int:
                         "calibrated": sorted(op for op, _ in x.calibration)} for x in t.tiers],
              "file": str(t.path)} for t in topos]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"topologies": rows})
+    check(rows)
     t = Table(title="Topologies (tiers innermost first)")
     for col in ("name", "device", "devices", "tiers", "calibrated"):
         t.add_column(col)

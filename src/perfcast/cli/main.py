@@ -7,6 +7,11 @@ import sys
 
 from perfcast.cli.args import Parser
 from perfcast.ir import UserError
+from perfcast.report.document import ReportBoundaryError
+
+#: exit status of an internal error (sysexits.h EX_SOFTWARE): perfcast computed a figure it must not
+#: print; 2 stays the user's error
+INTERNAL_ERROR = 70
 
 
 def build_parser() -> Parser:
@@ -35,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ReportBoundaryError as e:
+        sys.stderr.write(f"perfcast {args.command}: internal error: {e} — a bug in perfcast, not in the "
+                         f"input; the result was not printed\n")
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

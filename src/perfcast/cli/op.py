@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
-import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,6 +11,7 @@ from rich.table import Table
 from perfcast.cli.args import number
 from perfcast.cli.devices import resolve_device
 from perfcast.ir import UserError
+from perfcast.report.document import check, emit_lines
 from perfcast.report.format import seconds
 
 
@@ -74,9 +73,8 @@ def run(args) -> int:
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
     results = [price(r, device, models, args.profiling_database, args.engine) for r in _requests(args)]
     if args.json:
-        for r in results:
-            sys.stdout.write(json.dumps(r) + "\n")
-        return 0
+        return emit_lines(results)
+    check(results)
     engine = results[0]["engine"] if results else None
     t = Table(title=f"Ops on {device.name}" + (f" (engine {engine})" if engine else ""))
     for col in ("op", "shapes", "dtype", *(f"time ({m})" for m in models), "source", "bound"):
