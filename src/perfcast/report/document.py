@@ -119,3 +119,20 @@ def write_trace(events: list[dict], path: str, time_unit: str) -> None:
     text = dumps({"traceEvents": events, "displayTimeUnit": time_unit, "otherData": metadata()}, indent=None)
     with open(path, "w") as f:
         f.write(text)
+
+
+def schema_names() -> list[str]:
+    """The documents with a shipped JSON Schema (``perfcast schema`` lists them)."""
+    return sorted(p.name.removesuffix(".schema.json") for p in _schemas().iterdir()
+                  if p.name.endswith(".schema.json"))
+
+
+def schema_text(name: str) -> str:
+    """The JSON Schema of the document ``name`` (see :func:`schema_names`), as shipped."""
+    return (_schemas() / f"{name}.schema.json").read_text(encoding="utf-8")
+
+
+def _schemas():
+    from importlib.resources import files
+
+    return files("perfcast.report") / "schemas"
