@@ -243,7 +243,7 @@ def test_a_wrong_figure_is_an_internal_error_not_a_number(monkeypatch, json_flag
     rc, out, err = run_cli("collective", "all_reduce", "--topology", "hgx-h200", "--bytes", "1e6", *json_flag)
     assert (rc, out) == (70, "")
     assert err == (f"perfcast collective: internal error: report boundary: $.time_s = {why} (a time, size, memory, "
-                   f"rate, count or share) — a bug in perfcast, not in the input; the result was not printed\n"
+                   f"rate, count or share) — a bug in perfcast; the result was not printed\n"
                    if bad < 0 else
-                   f"perfcast collective: internal error: report boundary: $.time_s = {why} — a bug in perfcast, not "
-                   f"in the input; the result was not printed\n")
+                   f"perfcast collective: internal error: report boundary: $.time_s = {why} — a bug in perfcast; "
+                   f"the result was not printed\n")

@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except ReportBoundaryError as e:
-        sys.stderr.write(f"perfcast {args.command}: internal error: {e} — a bug in perfcast, not in the "
-                         f"input; the result was not printed\n")
+        sys.stderr.write(f"perfcast {args.command}: internal error: {e} — a bug in perfcast; the result "
+                         f"was not printed\n")
         return INTERNAL_ERROR
 
 

@@ -6,10 +6,11 @@ goes through :func:`emit`, :func:`emit_lines`, :func:`write` or :func:`write_tra
   its key is signed by meaning (:data:`SIGNED`) — before a byte is written, and
 - dump with ``allow_nan=False``, so no ``NaN`` or ``Infinity`` can reach a reader.
 
-A document that fails the check is a bug in perfcast, never the user's input: it raises
-:class:`ReportBoundaryError` (an ``AssertionError``) naming the offending key's path, and the
-command prints one ``internal error`` line and exits 70 instead of a wrong number. The terminal
-reports are checked the same way (:func:`check`) on the document they are drawn from.
+A document that fails the check is a bug in perfcast (the input was accepted), not a user
+error: it raises :class:`ReportBoundaryError` (an ``AssertionError``) naming the offending key's
+path, and the command prints one ``internal error`` line and exits 70 instead of a wrong number.
+The terminal reports are checked the same way (:func:`check`) on the document they are drawn
+from.
 
 Every number a report holds is a time, a size, a memory figure, a rate, a count, a share or a
 design-point value, so the check is closed by default: a negative number is refused wherever it
