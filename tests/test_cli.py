@@ -52,7 +52,7 @@ def test_other_devices_and_device_file(cli):
 
 def test_listings(cli):
     assert "h100-sxm" in cli("devices", check=True).stdout
-    names = [d["name"] for d in json.loads(cli("devices", "--json", check=True).stdout)]
+    names = [d["name"] for d in json.loads(cli("devices", "--json", check=True).stdout)["devices"]]
     assert "ascend-910c-die" in names
     assert "flash-attention-softmax" in cli("kernels", check=True).stdout
 

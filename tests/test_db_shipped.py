@@ -285,7 +285,7 @@ def test_custom_all_reduce_beyond_a_node_misses_both_tables():
 
 def test_db_list_json(capsys):
     assert main(["db", "list", "--json", "--device", "h200-sxm"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["databases"]
     assert [(r["framework"], r["version"]) for r in rows] == [("trtllm", "1.3.0rc20"), ("vllm", "0.24.0"),
                                                               ("sglang", "0.5.14")]
     manifest = _manifest("h200-sxm", "trtllm")

@@ -145,7 +145,7 @@ def test_text_generate_prices_with_both_models_side_by_side(db, cli, tmp_path):
     assert 0 < prof["provenance_shares_by_count"]["measured"] < 1
     assert prof["missed_ops"] and all(m["reason"] for m in prof["missed_ops"])
     assert all(set(op["time_s"]) == {"analytic", "profiling"} for op in doc["ops"])
-    exported = json.loads(metrics.read_text())["profiling"]
+    exported = json.loads(metrics.read_text())["performance_models"]["profiling"]
     assert exported["provenance_by_count"] == prof["provenance_shares_by_count"]
 
 

@@ -104,7 +104,7 @@ def test_a_bad_profile_is_one_line_naming_file_and_key(tmp_path, mutate, message
 
 def test_engines_command_lists_profiles_and_shows_rules():
     rc, out, _ = run_cli("engines", "--json")
-    rows = json.loads(out)
+    rows = json.loads(out)["engines"]
     assert rc == 0 and [r["name"] for r in rows] == engine_names()
     trt = next(r for r in rows if r["name"] == "trtllm")
     assert trt["database"]["version"] == "1.3.0rc20" and "h100-sxm" in trt["default_on"]

@@ -61,7 +61,7 @@ def test_json_keys(we5):
 
 def test_catalog_is_complete_and_listed(cli):
     assert set(CATALOG) <= set(catalog_names())
-    rows = json.loads(cli("models", "--json", check=True).stdout)
+    rows = json.loads(cli("models", "--json", check=True).stdout)["models"]
     assert {r["name"] for r in rows} >= set(CATALOG)
 
 

@@ -213,7 +213,7 @@ def test_unknown_name_suggests_the_closest():
 
 
 def test_cli_topologies_json(cli):
-    rows = {r["name"]: r for r in json.loads(cli("topologies", "--json", check=True).stdout)}
+    rows = {r["name"]: r for r in json.loads(cli("topologies", "--json", check=True).stdout)["topologies"]}
     assert set(SHIPPED) <= set(rows)
     for name, (device, size, tiers) in SHIPPED.items():
         row = rows[name]

@@ -483,7 +483,7 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     static = named["published-static"]["models"]["analytic"]
     # 3 devices × 4 throughput rows have a time per token; 3 × 2 first-token rows a TTFT
     assert static["steady-state"]["n"] == 12 and static["ttft"]["n"] == 6
-    records = json.loads(rows_file.read_text())
+    records = json.loads(rows_file.read_text())["rows"]
     assert len(records) == expected
     mapped = [r for r in records if not r["refused"]]
     assert len(mapped) == doc["rows"]["mappable"]

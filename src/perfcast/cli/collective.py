@@ -3,13 +3,11 @@ chosen, the links it uses, the tiers it crosses and its α–β formula."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 
 from perfcast.cli.args import BYTES, NON_NEGATIVE, POSITIVE, devices, refuse
 from perfcast.cli.devices import ad_hoc
+from perfcast.report.document import check, emit
 from perfcast.report.format import seconds, si
 
 
@@ -55,9 +53,8 @@ def run(args) -> int:
            "links_per_node": topo.tiers[0].links_per_device, "links_used": c.links_used,
            "tiers": [{"tier": n, "devices": k} for n, k in span], "formula": c.formula}
     if args.json:
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit(doc)
+    check(doc)
     where = " × ".join(f"{k} on {n}" for n, k in span) or "one device"
     Console().print(f"{c.op} of {si(float(nbytes), 'B')} over {group} devices of {topo.name} ({where}; "
                     f"{topo.tiers[0].links_per_device} links per device): {seconds(float(c.time_s))} "

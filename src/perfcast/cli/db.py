@@ -8,9 +8,7 @@ shipped in the ``aiconfigurator-core`` package (Apache-2.0; data only) into perf
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from pathlib import Path
 
 from perfcast.inputs import excerpt
@@ -62,10 +60,11 @@ def run_list(args) -> int:
     if not rows:
         where = f"under {args.dir}" if args.dir else "shipped"
         raise UserError(f"no profiling databases {where}" + (f" for {args.device}" if args.device else ""))
+    from perfcast.report.document import check, emit
+
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"databases": rows})
+    check(rows)
     from rich.console import Console
     from rich.table import Table
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from rich.console import Console
@@ -11,6 +10,7 @@ from rich.table import Table
 from perfcast.cli.args import refuse
 from perfcast.hardware import Device, device_names, get_device, load_device_file
 from perfcast.ir import UserError
+from perfcast.report.document import check, emit
 from perfcast.report.format import si
 
 #: the device a command prices on when neither --device, --device-file nor a topology names one
@@ -64,7 +64,6 @@ def add_parser(sub) -> None:
 
 def _template(what: str, args) -> int:
     from perfcast.hardware.spec import template_path
-    from perfcast.ir import UserError
 
     if args.json:
         raise UserError("--template prints a YAML file; --json does not apply")
@@ -97,9 +96,8 @@ def run(args) -> int:
     devices = [load_device_file(args.device_file)] if args.device_file else [get_device(n) for n in device_names()]
     rows = [_row(d) for d in devices]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"devices": rows})
+    check(rows)
     t = Table(title="Devices")
     for col in ("name", "description", "bf16 matrix", "fp8 matrix", "HBM", "HBM bandwidth",
                 "clock", "links", "calibrated"):
@@ -141,9 +139,8 @@ def run_topologies(args) -> int:
                         "calibrated": sorted(op for op, _ in x.calibration)} for x in t.tiers],
              "file": str(t.path)} for t in topos]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"topologies": rows})
+    check(rows)
     t = Table(title="Topologies (tiers innermost first)")
     for col in ("name", "device", "devices", "tiers", "calibrated"):
         t.add_column(col)

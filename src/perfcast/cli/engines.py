@@ -3,14 +3,12 @@ databases and rewrite rules with the sources each was read from."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
 from perfcast.engines.spec import EngineProfile, engine_names, get_engine, load_profile_file, profiles_dir
 from perfcast.hardware import device_names, get_device
+from perfcast.report.document import check, emit
 
 
 def add_parser(sub) -> None:
@@ -83,10 +81,10 @@ def _rule_line(r) -> tuple[str, str, str]:
 
 
 def _show(p: EngineProfile, path: str, as_json: bool) -> int:
+    doc = p.model_dump(mode="json") | {"file": path}
     if as_json:
-        json.dump(p.model_dump(mode="json") | {"file": path}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit(doc)
+    check(doc)
     console = Console(width=max(160, Console().width))
     console.print(f"[bold]{p.name}[/]: {p.framework} {p.version} — {p.description}")
     db = f"{p.database.framework} {p.database.version}" if p.database else "none (analytic only)"
@@ -119,9 +117,8 @@ def run(args) -> int:
     defaults = _defaults()
     rows = [_row(get_engine(n), str(profiles_dir() / f"{n}.yaml"), defaults) for n in engine_names()]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"engines": rows})
+    check(rows)
     t = Table(title="Engines (perfcast engines NAME shows one profile's rules and sources)")
     for col in ("name", "framework", "vendors", "database", "prefill launch", "decode launch",
                 "rules", "default on"):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import sys
 
 import sympy
 
@@ -18,6 +16,7 @@ from perfcast.ir.symbols import HARDWARE
 from perfcast.kernels import get_kernel
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.report import kernel as report
+from perfcast.report.document import check, emit
 from perfcast.rollup import OVERLAPS, overlap, rollup
 from perfcast.rollup.overlap import SUMMARY, parse
 
@@ -219,23 +218,22 @@ def run(args) -> int:
     if slow is not None:
         times.append(("slow", slow.time_s, ev.point))
     figures = [(*t, spec.figures_at(*t[1:])) for t in times] if spec.figures else []
-    if args.json:
-        doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
-        if figures:
-            doc["figures"] = figures[0][3]
-            for entry, f in zip(doc.get("sweep", []), figures[1:1 + len(evals)]):
-                entry["figures"] = f[3]
-        if slow is not None:
-            from perfcast.report.slow import comparison
+    doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
+    if figures:
+        doc["figures"] = figures[0][3]
+        for entry, f in zip(doc.get("sweep", []), figures[1:1 + len(evals)]):
+            entry["figures"] = f[3]
+    if slow is not None:
+        from perfcast.report.slow import comparison
 
-            doc["slow"] = comparison(slow, ev.time_s)
-            if figures:
-                doc["slow"]["figures"] = figures[-1][3]
-            if args.rollup == "slow":
-                doc["rollup"] = "slow"
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        doc["slow"] = comparison(slow, ev.time_s)
+        if figures:
+            doc["slow"]["figures"] = figures[-1][3]
+        if args.rollup == "slow":
+            doc["rollup"] = "slow"
+    if args.json:
+        return emit(doc)
+    check(doc)  # the tables below show the same figures
     console = Console(width=max(120, Console().width))
     if args.tree:
         console.print(render(graph), markup=False, highlight=False)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
 from perfcast.kernels import catalog
+from perfcast.report.document import check, emit
 
 
 def add_parser(sub) -> None:
@@ -19,11 +17,11 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     specs = sorted(catalog().values(), key=lambda s: s.name)
+    rows = [{"name": s.name, "description": s.description, "defaults": s.defaults, "padded": s.padded}
+            for s in specs]
     if args.json:
-        json.dump([{"name": s.name, "description": s.description, "defaults": s.defaults,
-                    "padded": s.padded} for s in specs], sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"kernels": rows})
+    check(rows)
     t = Table(title="Kernels")
     for col in ("name", "description", "default point"):
         t.add_column(col)

@@ -7,6 +7,11 @@ import sys
 
 from perfcast.cli.args import Parser
 from perfcast.ir import UserError
+from perfcast.report.document import ReportBoundaryError
+
+#: exit status of an internal error (sysexits.h EX_SOFTWARE): perfcast computed a figure it must not
+#: print; 2 stays the user's error
+INTERNAL_ERROR = 70
 
 
 def build_parser() -> Parser:
@@ -14,10 +19,10 @@ def build_parser() -> Parser:
                                                   "memory they need, on hardware you do not own.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     from perfcast.cli import (calibrate, collective, db, devices, engines, kernel, kernels, models, op,
-                              profile, textgen, validate)
+                              profile, schema, textgen, validate)
 
     for module in (devices, engines, kernels, kernel, models, textgen, op, profile, db, calibrate, collective,
-                   validate):
+                   validate, schema):
         module.add_parser(sub)
     devices.add_topologies_parser(sub)
     return parser
@@ -35,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ReportBoundaryError as e:
+        sys.stderr.write(f"perfcast {args.command}: internal error: {e} — a bug in perfcast; the result "
+                         f"was not printed\n")
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

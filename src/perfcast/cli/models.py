@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
 from perfcast.models import catalog_names, load_model_config, vision
+from perfcast.report.document import check, emit
 
 
 def add_parser(sub) -> None:
@@ -29,9 +27,8 @@ def run(args) -> int:
                      "experts_per_token": d.get("num_experts_per_tok") if experts else None,
                      "hf_repo": m.source.get("hf_repo"), "license": m.source.get("license")})
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit({"models": rows})
+    check(rows)
     t = Table(title="Models")
     for col in ("name", "type", "layers", "hidden", "heads/kv", "experts", "source", "license"):
         t.add_column(col)

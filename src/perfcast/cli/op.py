@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
-import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,6 +12,7 @@ from perfcast.cli.args import number, refuse
 from perfcast.cli.devices import add_device_arguments, resolve_device
 from perfcast.inputs import excerpt
 from perfcast.ir import UserError
+from perfcast.report.document import check, emit_lines
 from perfcast.report.format import seconds
 
 
@@ -144,9 +143,8 @@ def run(args) -> int:
     device = resolve_device(args)
     results = list(_priced(args, device, models))
     if args.json:
-        for r in results:
-            sys.stdout.write(json.dumps(r) + "\n")
-        return 0
+        return emit_lines(results)
+    check(results)
     engine = results[0]["engine"] if results else None
     t = Table(title=f"Ops on {device.name}" + (f" (engine {engine})" if engine else ""))
     for col in ("op", "shapes", "dtype", *(f"time ({m})" for m in models), "source", "bound"):

@@ -4,8 +4,6 @@ explain`` (the same step captured once with symbolic sizes, as closed forms)."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from rich.console import Console
 
@@ -13,6 +11,7 @@ from perfcast.cli.args import Number, count, devices, images, pixels, refuse, se
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
+from perfcast.report.document import check, emit, write
 
 
 def _common(p, topology: bool) -> None:
@@ -202,7 +201,7 @@ def run(args) -> int:
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
-                        f"(short by {-result.memory.free_bytes:,})")
+                        f"(short by {result.memory.shortfall_bytes:,})")
     slow = {}
     if args.rollup != "fast":
         from perfcast.rollup.slow import SlowRollup
@@ -224,37 +223,35 @@ def run(args) -> int:
             raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
     if args.export_empirical_metrics:
         try:
-            with open(args.export_empirical_metrics, "w") as f:
-                json.dump(report.empirical_metrics(result), f, indent=2)
+            write({"performance_models": report.empirical_metrics(result)}, args.export_empirical_metrics)
         except OSError as e:
             raise UserError(f"--export-empirical-metrics {args.export_empirical_metrics}: cannot write "
                             f"({e.strerror})") from None
+    doc = report.to_json(result, ov)
+    if result.vision is not None:
+        from perfcast.report.vision import to_json as vision_json
+
+        doc["vision"] = vision_json(result)
+    if slow:
+        from perfcast.report.slow import comparison
+
+        doc["slow"] = {n: comparison(x, result.step_time_s(n)) for n, x in slow.items()}
     if args.json:
-        doc = report.to_json(result, ov)
-        if result.vision is not None:
-            from perfcast.report.vision import to_json as vision_json
+        return emit(doc)
+    check(doc)  # the tables below are drawn from the same figures
+    console = Console(width=max(120, Console().width))
+    report.render(console, result, top=args.top, ov=ov)
+    if result.vision is not None:
+        from perfcast.report.vision import render as render_vision
 
-            doc["vision"] = vision_json(result)
-        if slow:
-            from perfcast.report.slow import comparison
+        render_vision(console, result, top=args.top)
+    if slow:
+        from perfcast.report.slow import render as render_slow
 
-            doc["slow"] = {n: comparison(x, result.step_time_s(n)) for n, x in slow.items()}
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        console = Console(width=max(120, Console().width))
-        report.render(console, result, top=args.top, ov=ov)
-        if result.vision is not None:
-            from perfcast.report.vision import render as render_vision
-
-            render_vision(console, result, top=args.top)
-        if slow:
-            from perfcast.report.slow import render as render_slow
-
-            for n, x in slow.items():
-                console.print(f"[bold]slow roll-up ({n})[/]: kernels on one stream keep their order; "
-                              f"overlap inside a kernel only")
-                render_slow(console, x, result.step_time_s(n))
+        for n, x in slow.items():
+            console.print(f"[bold]slow roll-up ({n})[/]: kernels on one stream keep their order; "
+                          f"overlap inside a kernel only")
+            render_slow(console, x, result.step_time_s(n))
     return 0
 
 
@@ -266,9 +263,8 @@ def run_explain(args) -> int:
     req = _request(args, context_length=args.context_length or (1 if args.decode else 0))
     doc = explain(req)
     if args.json:
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return emit(doc)
+    check(doc)
     console = Console(width=max(120, Console().width))
     eng = doc["engine"]
     console.print(f"[bold]{doc['model']}[/] on [bold]{doc['device']}[/] · {eng['name']} ({eng['framework']} "

@@ -3,9 +3,6 @@ to a naive datasheet roofline of the same steps (docs/design/validation.md)."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 
 from perfcast.cli.args import count, refuse
@@ -62,6 +59,7 @@ def run(args) -> int:
     from perfcast.inference.validation import ValidationRequest
     from perfcast.inference.validation import run as validate
     from perfcast.report import validation as report
+    from perfcast.report.document import check, emit
 
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
     for m in models:
@@ -83,8 +81,7 @@ def run(args) -> int:
         except OSError as e:
             raise UserError(f"--rows {args.rows}: cannot write ({e.strerror})") from None
     if args.json:
-        json.dump(report.to_json(doc), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        report.render(Console(width=max(160, Console().width)), doc)
+        return emit(report.to_json(doc))
+    check(report.to_json(doc))
+    report.render(Console(width=max(160, Console().width)), doc)
     return 0

@@ -43,11 +43,17 @@ class MemoryReport:
 
     @property
     def free_bytes(self) -> int:
-        return self.capacity_bytes - self.used_bytes
+        """What is left when the step fits; 0 when it does not (then :attr:`shortfall_bytes`)."""
+        return max(0, self.capacity_bytes - self.used_bytes)
+
+    @property
+    def shortfall_bytes(self) -> int:
+        """What is missing when the step does not fit; 0 when it does."""
+        return max(0, self.used_bytes - self.capacity_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.free_bytes >= 0
+        return self.used_bytes <= self.capacity_bytes
 
     def as_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "weights_bytes": self.weights_bytes,
@@ -55,7 +61,7 @@ class MemoryReport:
                 "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
                 "activation_peak_bytes": self.activation_peak_bytes,
                 "reserved_bytes": self.reserved_bytes, "free_bytes": self.free_bytes,
-                "fits": self.fits, "shortfall_bytes": max(0, -self.free_bytes),
+                "fits": self.fits, "shortfall_bytes": self.shortfall_bytes,
                 "parameters": self.parameters}
 
 

@@ -3,11 +3,10 @@ modulo schedule as a Perfetto/Chrome trace (one track per resource)."""
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.table import Table
 
+from perfcast.report.document import write_trace
 from perfcast.report.format import integer, seconds
 from perfcast.rollup.slow import SlowResult
 
@@ -58,5 +57,4 @@ def chrome_trace(slow: SlowResult, path: str, title: str) -> None:
     for resource, tid in tracks.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": resource}})
     events.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"{title} (modulo schedule)"}})
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+    write_trace(events, path, "ns")

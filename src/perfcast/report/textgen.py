@@ -289,7 +289,7 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
                   f"[bold]{eng['name']}[/] ({eng['framework']} {eng['version']}, {eng['launch']['mode']})")
     if not mem.fits:
         console.print(Panel(f"DOES NOT FIT: needs {si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')} "
-                            f"(short by {si(-mem.free_bytes, 'B')}). The times below are NOT deployable.",
+                            f"(short by {si(mem.shortfall_bytes, 'B')}). The times below are NOT deployable.",
                             style="bold red"))
     for name, m in doc["performance_models"].items():
         stages = (" · stages " + " / ".join(seconds(t) for t in m["stage_times_s"])) if m["stage_times_s"] else ""
@@ -315,7 +315,7 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
         mt.add_column(col, justify="right")
     mt.add_row(si(mem.weights_bytes, "B"), f"{si(mem.kv_cache_bytes, 'B')} ({mem.kv_cache_bytes_per_token:,} B/token)",
                si(mem.activation_peak_bytes, "B"), si(mem.reserved_bytes, "B"),
-               si(mem.free_bytes, "B") if mem.fits else f"[red]−{si(-mem.free_bytes, 'B')}[/]",
+               si(mem.free_bytes, "B") if mem.fits else f"[red]0 (short by {si(mem.shortfall_bytes, 'B')})[/]",
                si(mem.capacity_bytes, "B"))
     console.print(mt)
     ops = Table(title=f"Ops (top {top} by time" + (", one micro-batch through every stage)" if req.layout.pp > 1 else ")"),

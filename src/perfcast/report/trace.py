@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from perfcast.ir import Graph, Leaf, Loop
+from perfcast.report.document import write_trace
 from perfcast.report.textgen import op_name
 
 
@@ -35,5 +34,4 @@ def chrome_trace(result, path: str) -> None:
         emit(r.op, None)
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                        "args": {"name": f"{result.request.device.name} ({name})"}})
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+    write_trace(events, path, "ms")

@@ -4,14 +4,13 @@ Formatting only: every number comes from :func:`perfcast.inference.validation.ru
 from __future__ import annotations
 
 import csv
-import json
 import math
 
 from rich.console import Console
 from rich.table import Table
 
 from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
-
+from perfcast.report.document import check, write
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -122,6 +121,11 @@ def to_json(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k not in ("predictions", "cases")}
 
 
+def _measured(ms: float) -> float | None:
+    """A measured time, None where the row has none (a first-token-only row's TPOT is NaN)."""
+    return ms if math.isfinite(ms) else None
+
+
 def row_records(doc: dict) -> list[dict]:
     """One record per selected row: the mapping, the measured and predicted TPOT per model and
     mapping, the reason where there is none."""
@@ -134,8 +138,8 @@ def row_records(doc: dict) -> list[dict]:
         rec = {"id": c.id, "system": c.system, "model_path": c.model_path, "family": c.family,
                "backend": c.backend, "backend_version": c.backend_version, "mode": c.mode, "isl": c.isl,
                "osl": c.osl, "concurrency": c.concurrency, "batch_per_rank": c.batch,
-               "measured_tpot_ms": c.tpot_ms, "measured_ttft_ms": c.ttft_ms, "engine": c.engine or "",
-               "quantize": c.quantize or "", "layout": c.layout.describe() if c.layout else "",
+               "measured_tpot_ms": _measured(c.tpot_ms), "measured_ttft_ms": _measured(c.ttft_ms),
+               "engine": c.engine or "", "quantize": c.quantize or "", "layout": c.layout.describe() if c.layout else "",
                "approximate": " | ".join(c.approximate), "refused": c.reason or "", "command": command(c)}
         for m, p in by_case.get(c.id, {}).items():
             for mapping in MAPPINGS:
@@ -147,11 +151,13 @@ def row_records(doc: dict) -> list[dict]:
 
 
 def write_rows(doc: dict, path: str) -> None:
-    records = row_records(doc)
+    """The records as a JSON document (``rows``, with the version fields) or a CSV file (a
+    missing figure is an empty cell); both checked at the report boundary before writing."""
+    records = check(row_records(doc))
+    if path.endswith(".json"):
+        write(records, path, key="rows", indent=1)
+        return
     with open(path, "w", newline="") as f:
-        if path.endswith(".json"):
-            json.dump(records, f, indent=1)
-            return
         keys = list(dict.fromkeys(k for r in records for k in r))
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
