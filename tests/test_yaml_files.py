@@ -319,7 +319,7 @@ def test_device_template_loads_as_is_with_h100_values(tmp_path):
     path = _template(tmp_path, "devices")
     rc, out, err = run_cli("devices", "--device-file", str(path), "--json")
     assert (rc, err) == (0, "")
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["devices"]
     assert row["name"] == "my-device"
     mine, h100 = load_device_file(path).spec.datasheet, get_device("h100-sxm").spec.datasheet
     assert mine.model_dump(exclude={"matrix_flops_per_s", "vector_flops_per_s"}) == h100.model_dump(
