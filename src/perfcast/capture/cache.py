@@ -171,18 +171,20 @@ def _read(path: Path) -> bytes:
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise
-    except OSError as e:  # a symlink (ELOOP), a directory, no permission
+    except OSError as e:  # a symlink (ELOOP), no permission
         raise Unreadable(f"cannot open ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable("not a regular file")
         if st.st_size > MAX_ENTRY_BYTES:
             raise Unreadable(f"{st.st_size:,} bytes, more than {MAX_ENTRY_BYTES:,}")
-        try:
+        with open(fd, "rb", closefd=False) as f:
             data = f.read(MAX_ENTRY_BYTES + 1)
-        except OSError as e:
-            raise Unreadable(f"cannot read ({e.strerror or e})") from None
+    except OSError as e:
+        raise Unreadable(f"cannot read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_ENTRY_BYTES:
         raise Unreadable(f"more than {MAX_ENTRY_BYTES:,} bytes")
     return data

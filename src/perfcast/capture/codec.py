@@ -15,11 +15,15 @@ its bytes name, so loading a foreign one runs its code; this format can only des
 - **Scalars** are JSON's null, booleans, integers, finite floats and strings; an expression is
   ``{"expr": i}`` and a non-finite float ``{"float": "-inf"}`` (the document is strict JSON).
 
-Decoding checks every field's type and rebuilds each node with SymPy's own constructor; a node
-that SymPy would write differently (not in canonical form), or that could grow beyond
-:data:`MAX_BITS` when its symbols are sizes below 2⁶⁴, or beyond :data:`MAX_TREE` nodes or
-:data:`MAX_DEPTH` levels, is refused — so a loaded expression can be substituted and evaluated
-in bounded time. Anything else wrong is :class:`Invalid`.
+Decoding checks every field's type and rebuilds each node with SymPy's own constructor,
+unevaluated: the arguments of what the encoder wrote are already in SymPy's form and order, so
+the node is the one captured, and a crafted node cannot make SymPy work for seconds (evaluating
+``floor`` or ``Eq`` of a deep sum asks its assumptions system). A node whose value could exceed
+:data:`MAX_BITS` bits when its symbols are sizes below 2⁶⁴, or that spans more than
+:data:`MAX_TREE` nodes or :data:`MAX_DEPTH` levels, is refused, so substituting a point and
+evaluating stays cheap; so is a power of a number or a modulus that is not a positive integer
+(SymPy never leaves the first unevaluated; the second could divide by zero). Anything else wrong
+is :class:`Invalid`.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import sympy
 from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
 
 #: the value of one expression, with every symbol a size below 2**64, stays below 2**MAX_BITS
-MAX_BITS = 4096
-#: nodes of one expression counted as a tree (a shared argument counts each time it is used)
-MAX_TREE = 4096
-MAX_DEPTH = 64
+MAX_BITS = 2048
+#: nodes of one expression counted as a tree (a shared argument counts each time it is used), and
+#: its depth; the catalog's captures reach 5 and 3
+MAX_TREE = 256
+MAX_DEPTH = 16
 SYMBOL_BITS = 64
 MAX_NAME_CHARS = 200
 
@@ -53,7 +58,11 @@ FUNCTIONS = {
     "Gt": sympy.StrictGreaterThan, "Ge": sympy.GreaterThan, "And": sympy.And, "Or": sympy.Or,
     "Not": sympy.Not,
 }
+#: functions of a fixed number of arguments (the others take two or more)
+ARITY = {"Pow": 2, "Mod": 2, "Eq": 2, "Ne": 2, "Lt": 2, "Le": 2, "Gt": 2, "Ge": 2, "floor": 1, "ceiling": 1, "Not": 1}
 _NAMES = {cls: name for name, cls in FUNCTIONS.items()}
+#: what a guard, or an argument of And, Or and Not, is (a SymPy Symbol is a Boolean too: not here)
+CONDITIONS = (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom)
 _BOOLS = {"true": sympy.true, "false": sympy.false}
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -150,7 +159,7 @@ def decode(doc) -> Capture:
     if not all(type(s) is sympy.Symbol for s in symbols.values()):
         raise Invalid("symbols: expected Symbol nodes")
     guards = tuple(_ref(exprs, g, "guards") for g in _list(d["guards"], "guards"))
-    if not all(isinstance(g, sympy.logic.boolalg.Boolean) for g in guards):
+    if not all(isinstance(g, CONDITIONS) for g in guards):
         raise Invalid("guards: expected conditions")
     linear = {_str(n, "linear_params") for n in _list(d["linear_params"], "linear_params")}
     return Capture(records, groups, params, linear, symbols, guards)
@@ -194,6 +203,8 @@ class _Expressions:
             return 1, 1, 1
         if tag not in FUNCTIONS or not args:
             raise Invalid(f"{where}: unknown node {_short(tag)} with {len(args)} arguments")
+        if len(args) != ARITY.get(tag, max(2, len(args))):
+            raise Invalid(f"{where}: {tag} of {len(args)} arguments")
         if any(type(a) is not int or not 0 <= a < len(self.values) for a in args):
             raise Invalid(f"{where}: an argument that is not an earlier node")
         bits = [self._bits[a] for a in args]
@@ -205,7 +216,7 @@ class _Expressions:
             return sum(bits), tree, depth
         if tag == "Pow":
             exponent = self.values[args[-1]]
-            if len(args) != 2 or not isinstance(exponent, sympy.Rational):
+            if not isinstance(exponent, sympy.Rational):
                 raise Invalid(f"{where}: a power with an exponent that is not a number")
             return bits[0] * max(1, abs(int(exponent.p))), tree, depth
         return max(bits), tree, depth
@@ -220,14 +231,23 @@ class _Expressions:
         if tag in _BOOLS:
             return _BOOLS[tag]
         cls, children = FUNCTIONS[tag], tuple(self.values[a] for a in args)
+        kind = CONDITIONS if tag in ("And", "Or", "Not") else sympy.Expr
+        if not all(isinstance(c, kind) for c in children):
+            raise Invalid(f"{where}: {tag} of {'a number' if kind is sympy.Expr else 'a condition'} expected")
+        if tag == "Pow" and children[0].is_Number:
+            raise Invalid(f"{where}: a power of a number")  # SymPy evaluates those (and 0**-1 is zoo)
+        if tag == "Mod" and not (children[1].is_Integer and children[1] > 0):
+            raise Invalid(f"{where}: a modulus that is not a positive integer")
         try:
-            value = cls(*children)
-        # SymPy's constructors reject bad arguments with many kinds of errors (a relation of
-        # three terms, a modulo by zero, a condition in a sum); each is a node it never wrote.
+            # unevaluated: SymPy's evaluation of a crafted node can take seconds (floor and Eq
+            # ask the assumptions system); the bounds above keep evaluating it at a point cheap
+            value = cls(*children, evaluate=False)
+        # SymPy's constructors reject bad arguments with many kinds of errors (a condition in a
+        # sum, a number where a condition belongs); each is a node this codec never writes.
         except Exception as e:  # noqa: BLE001
             raise Invalid(f"{where}: {tag} refuses its arguments ({type(e).__name__})") from None
         if value.func is not cls or value.args != children:
-            raise Invalid(f"{where}: {tag} of these arguments is not in SymPy's canonical form")
+            raise Invalid(f"{where}: {tag} of these arguments is not as SymPy writes it")
         return value
 
 
