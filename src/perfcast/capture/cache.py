@@ -42,10 +42,10 @@ from perfcast.models import ModelConfig
 FORMAT = 2  # bump when Capture's layout, the codec or the capture's semantics change
 MAGIC = "perfcast capture cache"
 SUFFIX = ".json.gz"
-#: the largest entry read (compressed) and the most its JSON may inflate to; the largest
-#: catalog model's entry is about 80 KiB compressed, 1.5 MiB of JSON
-MAX_ENTRY_BYTES = 16 * 1024 * 1024
-MAX_JSON_BYTES = 128 * 1024 * 1024
+#: the largest entry read (compressed) and the most its JSON may inflate to; the catalog's
+#: largest (GLM-5's) is 18 KB compressed, 190 KB of JSON
+MAX_ENTRY_BYTES = 4 * 1024 * 1024
+MAX_JSON_BYTES = 32 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
