@@ -323,6 +323,28 @@ def test_an_entry_for_another_key_is_not_used(entry, monkeypatch):
     assert cache.symbolic_capture(m, dtype="bf16", decode=True, context=True) == (cap, False)
 
 
+def test_any_config_and_model_name_make_a_usable_key(tmp_path, monkeypatch):
+    import dataclasses
+    import datetime
+
+    from test_capture import TINY_LLAMA
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    config = tmp_path / f"{'long-' * 47}.json"  # an entry named after it would pass 255 bytes
+    config.write_text(json.dumps(TINY_LLAMA))
+    m = load_model_config(str(config))
+    first, hit = cache.symbolic_capture(m, dtype="bf16", decode=True, context=True)
+    assert not hit and cache.symbolic_capture(m, dtype="bf16", decode=True, context=True) == (first, True)
+    # a value JSON has no type for (a date from a YAML config) keys by its text, alike every time
+    dated = dataclasses.replace(m, data={**m.data, "released": datetime.date(2024, 7, 23)})
+    key = cache.entry_key(dated, "bf16", True, True, True)
+    assert key["config"]["released"] == "2024-07-23" and key == cache.entry_key(dated, "bf16", True, True, True)
+    # a NaN has no strict-JSON token: that entry is not written, and nothing is left behind
+    with pytest.raises(ValueError, match="Out of range float"):
+        cache.store(tmp_path / "nan.json.gz", {**key, "config": {"eps": math.nan}}, first)
+    assert not list(tmp_path.glob("*nan*")) and not list(tmp_path.glob(".*"))
+
+
 FILES = {
     "empty": lambda p, d: p.write_bytes(b""),
     "random bytes": lambda p, d: p.write_bytes(os.urandom(4096)),

@@ -85,12 +85,13 @@ def entry_key(model: ModelConfig, dtype: str, decode: bool, context: bool, rerol
     """Everything the capture depends on, as plain JSON values."""
     key = {"config": model.data, "dtype": dtype, "decode": decode, "context": context, "reroll": reroll,
            "versions": _versions(), "code": _source_digest(), "format": FORMAT}
-    return json.loads(json.dumps(key, sort_keys=True))  # as read back: tuples become lists
+    # as read back (tuples become lists); a value JSON lacks (a YAML date) by its text
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
 def entry_path(model: ModelConfig, key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return cache_dir() / f"{model.name}-{digest}{SUFFIX}"
+    return cache_dir() / f"{model.name[:64]}-{digest}{SUFFIX}"  # (a file name has at most 255 bytes)
 
 
 def symbolic_capture(model: ModelConfig, *, dtype: str, decode: bool, context: bool,
@@ -116,7 +117,9 @@ def symbolic_capture(model: ModelConfig, *, dtype: str, decode: bool, context: b
     if use_cache:
         try:
             store(path, key, cap)
-        except codec.Invalid as e:  # a value the format has no node for: this capture is not kept
+        # codec.Invalid: a value the format has no node for; or a NaN in the config, which
+        # strict JSON has no token for. The capture is used, only not kept.
+        except ValueError as e:
             log.debug("capture cache: %s: not written (%s)", path, e)
         except OSError as e:  # an unwritable cache only costs speed
             log.debug("capture cache: %s: not written (%s)", path, e.strerror or e)
