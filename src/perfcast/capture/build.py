@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from perfcast.capture import serving, vision_lm
-from perfcast.capture.record import Recorder, dtype_name, size_expr
+from perfcast.capture.record import Recorder, dtype_name, plain, size_expr
 from perfcast.capture.types import Capture, LayerGroup, TensorMeta
 from perfcast.ir import UserError, dim
 from perfcast.models import ModelConfig, architecture
@@ -57,8 +57,11 @@ def hf_config(model: ModelConfig):
 
     from perfcast.models.vision import is_vision_language
 
-    # a vision-language config is built whole (its vision tower too: capture/vision.py)
+    # a vision-language config is built whole (its vision tower too: capture/vision.py); a deep
+    # copy, as transformers' config classes write into nested dicts (rope_scaling gains
+    # rope_theta) and the model's data must stay what the capture cache keys on
     data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
+    data = copy.deepcopy(data)
     try:
         return CONFIG_MAPPING[data.pop("model_type")](**data)
     except (ValueError, TypeError, KeyError) as e:
@@ -218,7 +221,7 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     if shape_env is not None:
         names = {s: symbols[str(s)] for g in shape_env.guards for s in g.expr.free_symbols
                  if str(s) in symbols}
-        guards = tuple(g.expr.xreplace(names) for g in shape_env.guards)
+        guards = tuple(plain(g.expr.xreplace(names)) for g in shape_env.guards)
     return Capture(recorder.records, groups, params, _linear_params(model, arch), symbols, guards)
 
 

@@ -13,6 +13,7 @@ import sympy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils._sympy import functions as shape_functions
 
 from perfcast.capture.types import OpRecord, TensorMeta
 
@@ -27,10 +28,31 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
 
 
+#: torch's own SymPy functions in ShapeEnv expressions → SymPy's, equal on the integers the
+#: ShapeEnv reasons about (``FloorDiv`` is Python's ``//``, ``PythonMod`` its ``%``; ``Mod`` is
+#: ``%`` of non-negative operands; ``CleanDiv`` a ``//`` known to be exact)
+_PLAIN = {
+    shape_functions.Mod: sympy.Mod, shape_functions.PythonMod: sympy.Mod,
+    shape_functions.FloorDiv: lambda a, b: sympy.floor(a / b),
+    shape_functions.CleanDiv: lambda a, b: sympy.floor(a / b),
+    shape_functions.CeilDiv: lambda a, b: sympy.ceiling(a / b),
+    shape_functions.Max: sympy.Max, shape_functions.Min: sympy.Min,
+    shape_functions.PowByNatural: sympy.Pow, shape_functions.Identity: lambda a: a,
+}
+
+
+def plain(e: sympy.Basic) -> sympy.Basic:
+    """``e`` in SymPy's own functions only: a capture holds no torch types, so the capture cache
+    can store it and a process without torch can read it."""
+    if e.is_Atom:
+        return e
+    return e.replace(lambda x: type(x) in _PLAIN, lambda x: _PLAIN[type(x)](*x.args))
+
+
 def size_expr(d) -> sympy.Expr:
     """A dim as a SymPy expression: an int, or a SymInt's expression over ShapeEnv symbols."""
     if isinstance(d, torch.SymInt):
-        return sympy.sympify(d.node.expr)
+        return plain(sympy.sympify(d.node.expr))
     return sympy.Integer(int(d))
 
 
@@ -87,7 +109,7 @@ def _carries_weight(func) -> bool:
 
 def _scalar(a):
     if isinstance(a, torch.SymInt):
-        return sympy.sympify(a.node.expr)
+        return size_expr(a)
     if isinstance(a, (int, float, bool, str)) or a is None:
         return a
     return str(a)
