@@ -58,11 +58,22 @@ def hf_config(model: ModelConfig):
     from perfcast.models.vision import is_vision_language
 
     # a vision-language config is built whole (its vision tower too: capture/vision.py)
+    from huggingface_hub.errors import StrictDataclassError
+
     data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
     try:
-        return CONFIG_MAPPING[data.pop("model_type")](**data)
-    except (ValueError, TypeError, KeyError) as e:
-        raise UserError(f"{model.path}: not a valid {model.model_type} config: {e}") from None
+        config = CONFIG_MAPPING[data.pop("model_type")](**data)
+    except (ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as e:
+        # what perfcast's own checks (perfcast.models.validate) leave to the config class
+        raise UserError(f"{model.path}: not a valid {model.model_type} config: {_reason(e)}") from None
+    config.perfcast_source = str(model.path)  # named by build_model's errors
+    return config
+
+
+def _reason(e: Exception) -> str:
+    """A transformers error on one line and cut short (it may quote the whole config)."""
+    reason = " ".join(str(e).split())
+    return reason if len(reason) <= 200 else f"{reason[:200]}…"
 
 
 def build_model(config, dtype: str):
@@ -84,10 +95,16 @@ def build_model(config, dtype: str):
     # the auto mapping imports only this model type's module (its folder may be another type's:
     # qwen3_5_moe_text lives in qwen3_5_moe)
     cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-    with torch.device("meta"):
-        model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
-                                 attn_implementation=arch.attn_implementation or serving.IMPL,
-                                 experts_implementation=serving.IMPL)
+    try:
+        with torch.device("meta"):
+            model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
+                                     attn_implementation=arch.attn_implementation or serving.IMPL,
+                                     experts_implementation=serving.IMPL)
+    except (ValueError, TypeError, KeyError, AssertionError, ZeroDivisionError) as e:
+        # a value perfcast.models.validate does not check that a module refuses (nn.Embedding's
+        # padding index, GenerationConfig's fields): the file's fault, said in one line
+        where = getattr(config, "perfcast_source", "config")
+        raise UserError(f"{where}: transformers cannot build a {config.model_type} model from it: {_reason(e)}") from None
     if getattr(config, "perfcast_head_dim", None) and arch.head_projections:
         substitutions.resize_heads(model, arch, int(config.perfcast_head_dim))
     substitutions.apply(model, arch)

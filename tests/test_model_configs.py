@@ -1,0 +1,100 @@
+"""Model configs are checked as a whole where they are read (perfcast.models.validate): every
+shipped config passes, the names copied from transformers still match it, the JSON reader
+refuses what strict JSON does not allow, and `explain` says when a model cannot fit."""
+
+import json
+
+import pytest
+
+from perfcast.inputs import parse_json, read_json
+from perfcast.ir import UserError
+from perfcast.models import catalog_names, load_model_config, vision
+from perfcast.models.architecture import table
+from perfcast.models.rope import ROPE_TYPES
+from perfcast.models.validate import ACTIVATIONS, CACHE_IMPLEMENTATIONS, LAYER_TYPES, kinds
+
+
+def test_every_shipped_config_passes_as_a_whole():
+    for name in catalog_names():
+        model = load_model_config(name)
+        if vision.is_vision_language(model):
+            vision.processor(model)  # its vision part and processor too
+    assert len(catalog_names()) >= 30
+
+
+def test_the_names_copied_from_transformers_still_match_it():
+    from transformers.activations import ACT2FN
+    from transformers.configuration_utils import ALLOWED_ATTN_LAYER_TYPES, _LEGACY_LAYER_TYPE_REMAP
+    from transformers.generation.configuration_utils import ALL_CACHE_IMPLEMENTATIONS
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    assert set(ACTIVATIONS) == set(ACT2FN)
+    assert set(ROPE_TYPES) == {"default", *ROPE_INIT_FUNCTIONS}
+    assert set(LAYER_TYPES) == {*ALLOWED_ATTN_LAYER_TYPES, *_LEGACY_LAYER_TYPE_REMAP}
+    assert set(CACHE_IMPLEMENTATIONS) == {*ALL_CACHE_IMPLEMENTATIONS, "paged"}
+
+
+def test_rope_aliases_name_types_the_rows_config_class_reads():
+    """phi3 reads 'su' and 'yarn' as LongRoPE, qwen2_5_vl 'mrope' as the default RoPE."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for row in table().values():
+        for alias, meant in row.rope_aliases.items():
+            assert meant in ROPE_TYPES
+            cfg = CONFIG_MAPPING[row.model_type](
+                hidden_size=256, num_attention_heads=4, rope_scaling={"type": alias, "factor": 2.0,
+                                                                      "short_factor": [1.0] * 32,
+                                                                      "long_factor": [1.0] * 32,
+                                                                      "original_max_position_embeddings": 4096})
+            assert cfg.rope_parameters["rope_type"] == meant
+
+
+def test_kinds_follow_the_row():
+    assert kinds(table()["deepseek_v3"]) == {"decoder", "mla", "experts"}
+    assert kinds(table()["glm_moe_dsa"]) == {"decoder", "mla", "dsa", "experts"}
+    assert kinds(table()["llama"]) == {"decoder", "attention"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": NaN}', "f.json: NaN is not a JSON number (expected a finite number)"),
+    ('{"a": -Infinity}', "f.json: -Infinity is not a JSON number"),
+    ('{"a": 1e400}', "f.json: the number '1e400' is beyond a double"),
+    ('{"a": 1, "b": {"c": 2, "c": 3}}', "f.json: key 'c' appears twice in one object"),
+    ('{"a": ' + "9" * 50 + "}", "f.json: an integer of 50 digits (expected at most 40)"),
+    ("[" * 33 + "]" * 33, "f.json: nested 33 levels deep (expected at most 32)"),
+    ("[" * 100_000 + "]" * 100_000, "f.json: nested too deeply (expected at most 32 levels)"),
+    ('{"a": 1', "f.json: not valid JSON at line 1 column 8"),
+])
+def test_strict_json(text, message):
+    with pytest.raises(UserError) as e:
+        parse_json(text, "f.json")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_json_files_must_be_utf8_text(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_bytes(b'{"model_type": "ll\xe9ama"}')  # offset 18: {, "model_type" (12), ":", " ", quote, ll
+    with pytest.raises(UserError, match=r"not UTF-8 text \(byte 0xe9 at offset 18\)"):
+        read_json(p)
+    p.write_bytes(b'{"model_type": "llama"}\0')
+    with pytest.raises(UserError, match="a binary file"):
+        read_json(p)
+    p.write_text(json.dumps({"a": [1, 2.5, None, True]}))
+    assert read_json(p) == {"a": [1, 2.5, None, True]}
+
+
+def test_a_preprocessor_config_is_read_strictly(tmp_path):
+    import shutil
+
+    shutil.copy(load_model_config("qwen2.5-vl-7b-instruct").path, tmp_path / "config.json")
+    model = load_model_config(str(tmp_path / "config.json"))
+    pre = tmp_path / "preprocessor_config.json"
+    for text, message in [('{"min_pixels": NaN, "max_pixels": 100}', "NaN is not a JSON number"),
+                          ('{"min_pixels": 3136, "max_pixels": 100}', "key 'max_pixels': expected at least "
+                                                                      "min_pixels = 3,136, got 100"),
+                          ('{"min_pixels": 3136, "max_pixels": 1e6}', "key 'max_pixels': expected an integer"),
+                          ('{"min_pixels": 3136, "max_pixels": 10000, "patch_size": 0}', "key 'patch_size'"),
+                          ('[1]', "expected a JSON object (a preprocessor_config.json)")]:
+        pre.write_text(text)
+        with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            vision.processor(model)
