@@ -100,7 +100,7 @@ def build_model(config, dtype: str):
             model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
                                      attn_implementation=arch.attn_implementation or serving.IMPL,
                                      experts_implementation=serving.IMPL)
-    except (ValueError, TypeError, KeyError, AssertionError, ZeroDivisionError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, AssertionError, ZeroDivisionError) as e:
         # a value perfcast.models.validate does not check that a module refuses (nn.Embedding's
         # padding index, GenerationConfig's fields): the file's fault, said in one line
         where = getattr(config, "perfcast_source", "config")
@@ -244,9 +244,14 @@ def _rotary_tables(rotary, h, positions, config):
     the rotary module takes one (Gemma 3: local and global layers have their own RoPE bases),
     or None (no shared rotary module: GPT-J and Falcon rotate inside their attention, or ALiBi)."""
     import inspect
+    import types
 
     if rotary is None:
         return lambda i: None
+    # Dynamic NTK and LongRoPE (transformers modeling_rope_utils.dynamic_rope_update) choose their
+    # inverse frequencies by the largest position id, a value fake tensors do not hold; the
+    # tables' shapes and ops are the same either way, so the capture runs the undecorated forward.
+    rotary.forward = types.MethodType(inspect.unwrap(type(rotary).forward), rotary)
     if "layer_type" in inspect.signature(rotary.forward).parameters:
         tables = {t: rotary(h, positions, t) for t in dict.fromkeys(config.layer_types)}
         return lambda i: tables[config.layer_types[i]]

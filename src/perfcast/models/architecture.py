@@ -100,8 +100,12 @@ def architecture(model_type: str, where: str = "config") -> Architecture:
     """The row of ``model_type``; a model type without one is a one-line UserError."""
     row = table().get(model_type)
     if row is None:
+        import difflib
+
+        close = difflib.get_close_matches(model_type, known(), n=3, cutoff=0.5) if isinstance(model_type, str) else []
         raise UserError(f"{where}: key 'model_type': {excerpt(model_type)} is not an architecture perfcast knows "
-                        f"(src/perfcast/models/architectures.yaml has {', '.join(known())})")
+                        f"(src/perfcast/models/architectures.yaml has {len(known())} rows"
+                        + (f"; closest: {', '.join(close)})" if close else ", e.g. llama, qwen3, deepseek_v3)"))
     return row
 
 

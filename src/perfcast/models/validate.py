@@ -8,7 +8,7 @@ priced from a config it does not describe (``num_experts: 0`` is not a dense mod
 The checks are tables keyed by the architecture's kinds (:data:`KEYS`): a key of a kind the
 row does not list is not read by its model and not checked. Reading needs no torch: the names
 transformers knows (activations, RoPE types, layer types) are copied here from transformers
-5.24.0, and ``tests/test_validate_configs.py`` asserts they still match.
+5.24.0, and ``tests/test_model_configs.py`` asserts they still match.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "wind
 #: ``GenerationConfig.validate`` accepts when the model is built (Gemma 2 states "hybrid").
 CACHE_IMPLEMENTATIONS = ("static", "offloaded_static", "sliding_window", "hybrid", "hybrid_chunked",
                          "offloaded_hybrid", "offloaded_hybrid_chunked", "dynamic", "offloaded", "quantized", "paged")
+#: Where ``PreTrainedConfig.get_text_config`` looks for a language model inside a config.
+SUB_CONFIGS = ("text_config", "decoder", "generator", "text_encoder")
 #: The config keys that count routed experts, whichever architecture a file claims.
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
 
@@ -258,6 +260,13 @@ def check_config(data: dict, arch: Architecture, where: str, prefix: str = "") -
             c.choice(key, data[key], ACTIVATIONS, "an activation transformers knows", COMMON_ACTIVATIONS)
     if "tie_word_embeddings" in data and not isinstance(data["tie_word_embeddings"], bool):
         raise c.fail("tie_word_embeddings", f"expected true or false, got {excerpt(data['tie_word_embeddings'])}")
+    for key in SUB_CONFIGS:
+        if data.get(key) is not None:
+            raise c.fail(key, f"a sub-config in a {arch.model_type} language model's config (transformers would read "
+                              f"it as the model; expected none)")
+    if data.get("is_encoder_decoder") not in (None, False):
+        raise c.fail("is_encoder_decoder", f"expected false (perfcast prices decoders), "
+                                           f"got {excerpt(data['is_encoder_decoder'])}")
     for key in data:  # torch.nn.Dropout takes a probability (built even where it never drops)
         if isinstance(key, str) and key.endswith(("dropout", "_pdrop")):
             c.real(key, Real(inclusive=True, maximum=1.0))
@@ -313,8 +322,15 @@ def _heads(c: Check, arch: Architecture, applies: set[str], v: dict) -> None:
         head = hidden // heads
         if rotary > head or rotary % 2:
             raise c.fail("rotary_dim", f"expected an even number of at most the head size {head}, got {rotary}")
-    if "mla" in applies and v["qk_rope_head_dim"] is not None and v["qk_rope_head_dim"] % 2:
-        raise c.fail("qk_rope_head_dim", f"expected an even size (RoPE rotates pairs), got {v['qk_rope_head_dim']}")
+    rope_dim = v.get("qk_rope_head_dim")
+    if "mla" in applies and rope_dim is not None:
+        if rope_dim % 2:
+            raise c.fail("qk_rope_head_dim", f"expected an even size (RoPE rotates pairs), got {rope_dim}")
+        if v["head_dim"] is not None and v["head_dim"] != rope_dim:
+            # DeepseekV3Config / GlmMoeDsaConfig.__post_init__: head_dim = qk_rope_head_dim, the rotary
+            # table's width; a file's own head_dim would override it for the rotary table alone
+            raise c.fail("head_dim", f"expected {c.name('qk_rope_head_dim')} = {rope_dim} (MLA's rotated part), "
+                                     f"got {v['head_dim']}")
     if "gated_delta_net" in applies and v["linear_num_key_heads"] and v["linear_num_value_heads"]:
         c.divides("linear_num_key_heads", v["linear_num_key_heads"], "linear_num_value_heads",
                   v["linear_num_value_heads"], "each key head serves an equal group of value heads")

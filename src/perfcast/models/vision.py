@@ -125,7 +125,8 @@ def check(model: ModelConfig) -> None:
 def vision_config(model: ModelConfig) -> dict:
     cfg = model.data.get("vision_config")
     if not isinstance(cfg, dict):
-        raise UserError(f"{model.path}: key 'vision_config': missing (a {model.model_type} config has one)")
+        got = f"expected a mapping, got {excerpt(cfg)}" if "vision_config" in model.data else "missing"
+        raise UserError(f"{model.path}: key 'vision_config': {got} (a {model.model_type} config has one)")
     return cfg
 
 
