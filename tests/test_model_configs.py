@@ -126,3 +126,83 @@ def test_explain_shows_the_room_left_when_the_weights_fit():
     mem = json.loads(out)["memory"]
     assert rc == 0 and mem["fits"] and mem["weights_bytes"] == 2 * mem["parameters"] == 16_060_522_496
     assert mem["free_bytes_before_kv_cache"] == 72_000_000_000 - 16_060_522_496
+
+
+def _refusal(tmp_path, model: str, change) -> str:
+    """The error of catalog config ``model`` changed by ``change(config)``, after the file name."""
+    config = json.loads(load_model_config(model).path.read_text())
+    change(config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(UserError) as e:
+        load_model_config(str(path))
+    assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
+    return str(e.value)[len(f"{path}: "):]
+
+
+def _set(where: str, value):
+    """A change that sets the dotted key ``where`` (``text_config.rope_parameters``)."""
+    def change(config):
+        *parents, key = where.split(".")
+        for p in parents:
+            config = config[p]
+        config[key] = value
+    return change
+
+
+@pytest.mark.parametrize("model, where, value, message", [
+    # Gemma 3 states one RoPE per layer type: each entry is checked under its own name
+    ("gemma-3-12b", "text_config.rope_scaling", {"full_attention": {"rope_type": "linear", "factor": 8.0},
+                                                 "sliding_attention": {"rope_type": "lineal"}},
+     "key 'text_config.rope_scaling.sliding_attention.rope_type': 'lineal' is not a RoPE type transformers knows "
+     "(expected one of 7: linear, …)"),
+    # _compute_llama3_parameters smooths between the two wavelengths: high below low inverts it
+    ("llama-3.1-8b", "rope_scaling.high_freq_factor", 0.5,
+     "key 'rope_scaling.high_freq_factor': expected at least low_freq_factor = 1, got 0.5"),
+    # LongRoPE rescales each rotated pair: a 128-wide head has 64 pairs
+    ("llama-3.1-8b", "rope_scaling", {"rope_type": "longrope", "short_factor": [1.0] * 64,
+                                      "long_factor": [1.0] * 63},
+     "key 'rope_scaling.long_factor': 63 entries, expected one per rotated pair: 64"),
+    # M-RoPE sections split the 64 pairs of Qwen3-VL's 128-wide heads (24 + 20 + 20)
+    ("qwen3-vl-8b-instruct", "text_config.rope_scaling.mrope_section", [24, 20, 21],
+     "key 'text_config.rope_scaling.mrope_section': sections sum to 65, expected the 64 rotated pairs of the head"),
+    ("qwen2.5-vl-7b-instruct", "vision_config.out_hidden_size", 4096,
+     "key 'vision_config.out_hidden_size': expected the language model's hidden_size = 3584 (the merger's output "
+     "joins its tokens), got 4096"),
+    ("qwen2.5-vl-7b-instruct", "vision_config.window_size", 100,
+     "key 'vision_config.window_size': expected a multiple of patch_size × spatial_merge_size = 28, got 100"),
+    ("qwen2.5-vl-7b-instruct", "vision_config.fullatt_block_indexes", [7, 32],
+     "key 'vision_config.fullatt_block_indexes': entry 1: expected a layer index from 0 to 31, got 32"),
+    ("qwen3-vl-8b-instruct", "vision_config.num_heads", 10,
+     "key 'vision_config.num_heads': 10 does not divide vision_config.hidden_size = 1152"),
+    ("qwen3-vl-8b-instruct", "text_config", "none", "key 'text_config': expected a mapping, got 'none'"),
+    ("kimi-k2.5", "text_config.n_group", 7,
+     "key 'text_config.n_group': 7 does not divide text_config.n_routed_experts = 384"),
+    ("gpt-j-6b", "hidden_size", 1024, "key 'hidden_size': 1024 differs from n_embd = 4096 (one size under two names)"),
+    ("llama-3.1-8b", "num_local_experts", 8,
+     "key 'num_local_experts': a llama model has no routed experts: its layers would be priced dense"),
+    ("llama-3.1-8b", "text_config", {"hidden_size": 8}, "key 'text_config': a sub-config in a llama language model's"),
+    ("falcon-40b", "head_dim", 64, "key 'head_dim': a falcon model derives its head size as hidden_size / "
+                                   "num_attention_heads (expected no head_dim)"),
+    ("deepseek-v3", "head_dim", 128, "key 'head_dim': expected qk_rope_head_dim = 64 (MLA's rotated part), got 128"),
+    ("gpt-oss-120b", "layer_types", ["full_attention", "global"] * 18,
+     "key 'layer_types': entry 1: expected full_attention, sliding_attention, chunked_attention, window_attention, …,"
+     " got 'global'"),
+    ("mixtral-8x7b", "pad_token_id", 32000, "key 'pad_token_id': expected a token id from -32,000 to vocab_size − 1 "
+                                            "= 31,999, got 32000"),
+    ("gemma-2-9b", "cache_implementation", "hybird", "key 'cache_implementation': 'hybird' is not a cache "
+                                                     "transformers knows (expected one of 11: hybrid"),
+    ("phi-4", "resid_pdrop", 1.5, "key 'resid_pdrop': expected a finite number at least 0 and at most 1, got 1.5"),
+])
+def test_each_structural_rule_is_one_line_naming_the_key(tmp_path, model, where, value, message):
+    assert message in _refusal(tmp_path, model, _set(where, value))
+
+
+def test_rope_types_the_row_aliases_are_accepted(tmp_path):
+    """Qwen2.5-VL's hub config says 'mrope' (its config class reads the default RoPE); Phi-3
+    configs say 'su' for LongRoPE — a Phi-3 with LongRoPE over its 128-wide heads loads."""
+    assert load_model_config("qwen2.5-vl-7b-instruct").data["rope_scaling"]["type"] == "mrope"
+    config = json.loads(load_model_config("phi-4").path.read_text())
+    config["rope_scaling"] = {"type": "su", "short_factor": [1.0] * 64, "long_factor": [2.0] * 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_model_config(str(tmp_path / "config.json")).data["rope_scaling"]["type"] == "su"

@@ -98,6 +98,9 @@ def language_model(name: str, data: dict, path: Path, source: dict | None = None
         data["model_type"] = arch.language_model.get("model_type") or data.get("model_type")
         # the wrapper's own embedding tying applies to its language model when that says nothing
         if "tie_word_embeddings" in wrapper and "tie_word_embeddings" not in data:
+            if not isinstance(wrapper["tie_word_embeddings"], bool):
+                raise UserError(f"{path}: key 'tie_word_embeddings': expected true or false, got "
+                                f"{excerpt(wrapper['tie_word_embeddings'])}")
             data["tie_word_embeddings"] = wrapper["tie_word_embeddings"]
         if not isinstance(data["model_type"], str):
             raise UserError(f"{path}: key '{key}.model_type': expected a string, got {excerpt(data['model_type'])}")

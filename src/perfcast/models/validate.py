@@ -170,18 +170,19 @@ class Check:
     def get(self, key: str):
         return self.data.get(key)
 
-    def size(self, key: str, spec: Size, why: str = "") -> int | None:
-        """The value of an integer key (None where absent or null and allowed)."""
+    def size(self, key: str, spec: Size) -> int | None:
+        """The value of an integer key (None where absent, or null and allowed)."""
         if key not in self.data or (self.data[key] is None and spec.nullable):
             if spec.required:
-                raise self.fail(key, f"missing (expected {_range(spec)}{why})")
+                raise self.fail(key, f"missing (expected {_range(spec)})")
             return None
         v = self.data[key]
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not spec.minimum <= v <= spec.maximum:
-            raise self.fail(key, f"expected {_range(spec)}{why}, got {excerpt(v)}")
+            raise self.fail(key, f"expected {_range(spec)}, got {excerpt(v)}")
         return int(v)
 
     def real(self, key: str, spec: Real) -> float | None:
+        """The value of a number key (None where absent, or null and allowed)."""
         if key not in self.data or (self.data[key] is None and spec.nullable):
             return None
         v = self.data[key]
