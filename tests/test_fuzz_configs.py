@@ -113,8 +113,10 @@ def _structure_cases(name: str) -> list[tuple[str, dict, str]]:
               "'rope_scaling.beta_fast': expected a finite number above 0"),
              ("rope_scaling a string", {"rope_scaling": "yarn"}, "'rope_scaling': expected a mapping"),
              ("layer_types too short", {"layer_types": ["full_attention"]}, "1 entries, expected"),
-             ("a NaN epsilon", {"rms_norm_eps": -1e-6, "layer_norm_epsilon": -1e-6}, "expected a finite number above 0"),
-             ("dropout above 1", {"attention_dropout": 1.5}, "'attention_dropout': expected a finite number at least 0"),
+             ("a negative epsilon", {"rms_norm_eps": -1e-6, "layer_norm_epsilon": -1e-6},
+              "expected a finite number above 0"),
+             ("dropout above 1", {"attention_dropout": 1.5},
+              "'attention_dropout': expected a finite number at least 0"),
              ("padding id outside the vocabulary", {"pad_token_id": 10 ** 9}, "'pad_token_id': expected a token id")]
     kv_key = next((k for k in ("num_key_value_heads", "num_kv_heads") if k in c), None)
     if kv_key and "kv_lora_rank" not in c:

@@ -104,7 +104,8 @@ def build_model(config, dtype: str):
         # a value perfcast.models.validate does not check that a module refuses (nn.Embedding's
         # padding index, GenerationConfig's fields): the file's fault, said in one line
         where = getattr(config, "perfcast_source", "config")
-        raise UserError(f"{where}: transformers cannot build a {config.model_type} model from it: {_reason(e)}") from None
+        raise UserError(f"{where}: transformers cannot build a {config.model_type} model from it: "
+                        f"{_reason(e)}") from None
     if getattr(config, "perfcast_head_dim", None) and arch.head_projections:
         substitutions.resize_heads(model, arch, int(config.perfcast_head_dim))
     substitutions.apply(model, arch)

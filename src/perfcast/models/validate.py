@@ -313,7 +313,8 @@ def _heads(c: Check, arch: Architecture, applies: set[str], v: dict) -> None:
     if arch.head_projections:  # the model sizes its heads as hidden / heads, whatever the file says
         if "head_dim" in c.data:
             raise c.fail("head_dim", f"a {arch.model_type} model derives its head size as "
-                                     f"{c.name('hidden_size')} / {c.name('num_attention_heads')} (expected no head_dim)")
+                                     f"{c.name('hidden_size')} / {c.name('num_attention_heads')} "
+                                     f"(expected no head_dim)")
         c.divides("num_attention_heads", heads, "hidden_size", hidden, "the head size is hidden / heads")
     elif "mla" not in applies and v["head_dim"] is None:
         c.divides("num_attention_heads", heads, "hidden_size", hidden,
