@@ -55,11 +55,11 @@ def hf_config(model: ModelConfig):
     indexes every architecture transformers has)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from huggingface_hub.errors import StrictDataclassError
+
     from perfcast.models.vision import is_vision_language
 
     # a vision-language config is built whole (its vision tower too: capture/vision.py)
-    from huggingface_hub.errors import StrictDataclassError
-
     data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
     try:
         config = CONFIG_MAPPING[data.pop("model_type")](**data)
