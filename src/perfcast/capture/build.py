@@ -55,6 +55,8 @@ def hf_config(model: ModelConfig):
     indexes every architecture transformers has)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from huggingface_hub.errors import StrictDataclassError
+
     from perfcast.models.vision import is_vision_language
 
     # a vision-language config is built whole (its vision tower too: capture/vision.py); a deep
@@ -63,9 +65,18 @@ def hf_config(model: ModelConfig):
     data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
     data = copy.deepcopy(data)
     try:
-        return CONFIG_MAPPING[data.pop("model_type")](**data)
-    except (ValueError, TypeError, KeyError) as e:
-        raise UserError(f"{model.path}: not a valid {model.model_type} config: {e}") from None
+        config = CONFIG_MAPPING[data.pop("model_type")](**data)
+    except (ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as e:
+        # what perfcast's own checks (perfcast.models.validate) leave to the config class
+        raise UserError(f"{model.path}: not a valid {model.model_type} config: {_reason(e)}") from None
+    config.perfcast_source = str(model.path)  # named by build_model's errors
+    return config
+
+
+def _reason(e: Exception) -> str:
+    """A transformers error on one line and cut short (it may quote the whole config)."""
+    reason = " ".join(str(e).split())
+    return reason if len(reason) <= 200 else f"{reason[:200]}…"
 
 
 def build_model(config, dtype: str):
@@ -87,10 +98,17 @@ def build_model(config, dtype: str):
     # the auto mapping imports only this model type's module (its folder may be another type's:
     # qwen3_5_moe_text lives in qwen3_5_moe)
     cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-    with torch.device("meta"):
-        model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
-                                 attn_implementation=arch.attn_implementation or serving.IMPL,
-                                 experts_implementation=serving.IMPL)
+    try:
+        with torch.device("meta"):
+            model = cls._from_config(config, dtype=TORCH_DTYPES[dtype],
+                                     attn_implementation=arch.attn_implementation or serving.IMPL,
+                                     experts_implementation=serving.IMPL)
+    except (ValueError, TypeError, KeyError, AttributeError, AssertionError, ZeroDivisionError) as e:
+        # a value perfcast.models.validate does not check that a module refuses (nn.Embedding's
+        # padding index, GenerationConfig's fields): the file's fault, said in one line
+        where = getattr(config, "perfcast_source", "config")
+        raise UserError(f"{where}: transformers cannot build a {config.model_type} model from it: "
+                        f"{_reason(e)}") from None
     if getattr(config, "perfcast_head_dim", None) and arch.head_projections:
         substitutions.resize_heads(model, arch, int(config.perfcast_head_dim))
     substitutions.apply(model, arch)
@@ -230,9 +248,14 @@ def _rotary_tables(rotary, h, positions, config):
     the rotary module takes one (Gemma 3: local and global layers have their own RoPE bases),
     or None (no shared rotary module: GPT-J and Falcon rotate inside their attention, or ALiBi)."""
     import inspect
+    import types
 
     if rotary is None:
         return lambda i: None
+    # Dynamic NTK and LongRoPE (transformers modeling_rope_utils.dynamic_rope_update) choose their
+    # inverse frequencies by the largest position id, a value fake tensors do not hold; the
+    # tables' shapes and ops are the same either way, so the capture runs the undecorated forward.
+    rotary.forward = types.MethodType(inspect.unwrap(type(rotary).forward), rotary)
     if "layer_type" in inspect.signature(rotary.forward).parameters:
         tables = {t: rotary(h, positions, t) for t in dict.fromkeys(config.layer_types)}
         return lambda i: tables[config.layer_types[i]]

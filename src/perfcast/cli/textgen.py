@@ -270,8 +270,22 @@ def run_explain(args) -> int:
     console.print(f"[bold]{doc['model']}[/] on [bold]{doc['device']}[/] · {eng['name']} ({eng['framework']} "
                   f"{eng['version']}) · {doc['phase']} · symbols: "
                   + ", ".join(f"{k} = {v}" for k, v in doc["symbols"].items()))
+    from rich.panel import Panel
+
+    from perfcast.report.format import si
+
+    mem = doc["memory"]
+    if not mem["fits"]:
+        console.print(Panel(f"DOES NOT FIT: the weights alone need {si(mem['weights_bytes'], 'B')} of the "
+                            f"{si(mem['capacity_bytes'] - mem['reserved_bytes'], 'B')} the engine may use "
+                            f"(short by {si(mem['shortfall_bytes'], 'B')}). These closed forms are NOT deployable.",
+                            style="bold red"))
+    else:
+        console.print(f"memory: weights {si(mem['weights_bytes'], 'B')} of {si(mem['capacity_bytes'], 'B')}; "
+                      f"{si(mem['free_bytes_before_kv_cache'], 'B')} left for the KV cache and activations")
     for k, v in doc["symbolic"].items():
         console.print(f"[bold]{k}[/] = {v}", overflow="fold", highlight=False)
     for n in doc["notes"]:
-        console.print(f"[yellow]note:[/] {n}")
+        if not n.startswith("DOES NOT FIT"):  # shown above, in red
+            console.print(f"[yellow]note:[/] {n}")
     return 0

@@ -44,6 +44,21 @@ def language_model(req):
     return replace(req, model=vision.language_model(req.model)) if vision.is_vision_language(req.model) else req
 
 
+def weights_memory(req, cap, plan) -> dict:
+    """What a closed form cannot hide: whether the model's weights fit on the device at all. The
+    weights and the engine's reserve do not depend on B, S or C; the KV cache and activations
+    come on top (``perfcast text-generate`` sizes them for a concrete batch)."""
+    from perfcast.inference import memory
+
+    params, weights = memory.weights(cap, plan)
+    capacity = int(req.device.hbm_capacity_bytes)
+    reserved = int(round(capacity * (1 - req.memory_utilization)))
+    short = weights + reserved - capacity
+    return {"capacity_bytes": capacity, "weights_bytes": weights, "reserved_bytes": reserved,
+            "free_bytes_before_kv_cache": max(0, -short), "fits": short <= 0, "shortfall_bytes": max(0, short),
+            "parameters": params}
+
+
 def explain(req) -> dict:
     cap, low, r = symbolic_step(req)
     meaning = {"B": "sequences in the batch", "S": "new tokens per sequence",
@@ -51,8 +66,14 @@ def explain(req) -> dict:
     symbols = {s.name: meaning.get(s.name, "") for s in r.free_symbols}
     symbolic = {k: str(v) for k, v in r.cost.items()}
     symbolic["time_s"] = str(r.time_s)
-    notes = ["time_s uses eff_matrix(x)/eff_memory(x) for the device's efficiency curves "
-             "(piecewise linear in the kernel's FLOPs/bytes)"]
+    mem = weights_memory(req, cap, resolve(language_model(req)).plan)
+    notes = []
+    if not mem["fits"]:
+        notes.append(f"DOES NOT FIT: the weights alone need {mem['weights_bytes']:,} bytes of the "
+                     f"{mem['capacity_bytes'] - mem['reserved_bytes']:,} the engine may use on {req.device.name} "
+                     f"(short by {mem['shortfall_bytes']:,}); these closed forms are not deployable")
+    notes.append("time_s uses eff_matrix(x)/eff_memory(x) for the device's efficiency curves "
+                 "(piecewise linear in the kernel's FLOPs/bytes)")
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced")
     if language_model(req) is not req:
@@ -63,4 +84,4 @@ def explain(req) -> dict:
     return {"model": req.model.name, "device": req.device.name,
             "engine": {"name": profile.name, "framework": profile.framework, "version": profile.version},
             "phase": "decode" if req.decode else "prefill", "symbols": symbols,
-            "symbolic": symbolic, "notes": notes}
+            "symbolic": symbolic, "deployable": mem["fits"], "memory": mem, "notes": notes}

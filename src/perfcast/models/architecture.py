@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-from perfcast.inputs import load_yaml
+from perfcast.inputs import excerpt, load_yaml
 from perfcast.ir import UserError
 
 _ROW_KEYS = frozenset({"description", "language_model", "keys", "derived", "modules", "layers", "parts",
                        "attn_implementation", "experts", "dense_intermediate", "tensor_parallel",
-                       "head_projections", "no_tensor_parallel", "sources"})
+                       "head_projections", "no_tensor_parallel", "rope_aliases", "sources"})
 #: the perfcast kinds a row may name (perfcast.capture.substitutions registers one handler each)
 KINDS = ("attention", "mla", "dsa", "gated_delta_net", "falcon", "experts", "llama4_moe")
 
@@ -42,6 +42,7 @@ class Architecture:
     head_projections: dict = field(default_factory=dict)
     no_tensor_parallel: str | None = None
     sources: tuple = ()
+    rope_aliases: dict = field(default_factory=dict)
 
     def canonical(self, path: str) -> str:
         """A module or parameter path in perfcast's canonical naming (``transformer.h.3.attn`` →
@@ -85,7 +86,7 @@ def table() -> dict[str, Architecture]:
             dict(row.get("parts") or {}), row.get("attn_implementation"), dict(row.get("experts") or {}),
             tuple(row.get("dense_intermediate") or ()), tuple(row.get("tensor_parallel") or ()),
             dict(row.get("head_projections") or {}), row.get("no_tensor_parallel"),
-            tuple(row.get("sources") or ()))
+            tuple(row.get("sources") or ()), dict(row.get("rope_aliases") or {}))
     return out
 
 
@@ -97,8 +98,12 @@ def architecture(model_type: str, where: str = "config") -> Architecture:
     """The row of ``model_type``; a model type without one is a one-line UserError."""
     row = table().get(model_type)
     if row is None:
-        raise UserError(f"{where}: key 'model_type': {model_type!r} is not an architecture perfcast knows "
-                        f"(src/perfcast/models/architectures.yaml has {', '.join(known())})")
+        import difflib
+
+        close = difflib.get_close_matches(model_type, known(), n=3, cutoff=0.5) if isinstance(model_type, str) else []
+        raise UserError(f"{where}: key 'model_type': {excerpt(model_type)} is not an architecture perfcast knows "
+                        f"(src/perfcast/models/architectures.yaml has {len(known())} rows"
+                        + (f"; closest: {', '.join(close)})" if close else ", e.g. llama, qwen3, deepseek_v3)"))
     return row
 
 
@@ -112,8 +117,9 @@ def canonical_config(data: dict, arch: Architecture) -> dict:
                 break
             if "product" in rule:
                 base, factor = rule["product"]
-                if out.get(base) is not None:
-                    out[key] = int(out[base]) * int(factor)
+                # only from an integer: a bad base is left for the config's validation to name
+                if isinstance(out.get(base), int) and not isinstance(out[base], bool):
+                    out[key] = out[base] * int(factor)
             elif "copy" in rule:
                 out[key] = out.get(rule["copy"])
             elif all(out.get(k, False) == v for k, v in rule["when"].items()):

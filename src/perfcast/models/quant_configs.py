@@ -8,10 +8,10 @@ not read, or a key with an unexpected value, is one line naming the file and the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from perfcast.inputs import excerpt, read_json
 from perfcast.ir import UserError
 from perfcast.models.catalog import ModelConfig, config_folder
 from perfcast.models.quantization import (Quantization, Rule, Scheme, fp8, fp8_block, int4, int8,
@@ -51,16 +51,13 @@ def read(model: ModelConfig) -> Quantization:
             raise UserError(f"{where}: expected a mapping, got {type(qc).__name__}")
         method = qc.get("quant_method")
         if method not in READERS:
-            raise UserError(f"{where}: key 'quant_method': {method!r} is not read by perfcast (known: "
+            raise UserError(f"{where}: key 'quant_method': {excerpt(method)} is not read by perfcast (known: "
                             f"{', '.join(sorted(READERS))}); pass --quantize to price another quantization")
         return READERS[method](qc, where)
     path = hf_quant_config_path(model)
     if path is None:
         return none("checkpoint unquantized")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON at line {e.lineno}: {e.msg}") from None
+    data = read_json(path)
     q = data.get("quantization") if isinstance(data, dict) else None
     if not isinstance(q, dict):
         raise UserError(f"{path}: key 'quantization': missing (expected ModelOpt's hf_quant_config.json)")
@@ -68,7 +65,7 @@ def read(model: ModelConfig) -> Quantization:
 
 
 def _bad(where: str, key: str, expected: str, got) -> UserError:
-    return UserError(f"{where}: key '{key}': expected {expected}, got {got!r}")
+    return UserError(f"{where}: key '{key}': expected {expected}, got {excerpt(got)}")
 
 
 def _names(qc: dict, key: str, where: str) -> list[str]:
