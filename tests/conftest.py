@@ -6,8 +6,12 @@ import tempfile
 import pytest
 from hypothesis import settings
 
-# Sympy's first call of a kind can be slow (caches); deadlines would make tests flaky.
-settings.register_profile("perfcast", deadline=None)
+# Sympy's first call of a kind can be slow (caches); deadlines would make tests flaky. The
+# default profile is derandomized: CI runs the same generated cases every time, so a red run
+# is a change's doing, never the draw's. `pytest --hypothesis-profile=explore` draws new cases
+# (with `--hypothesis-seed=N` to replay a draw) to look for what the fixed draw misses.
+settings.register_profile("perfcast", deadline=None, derandomize=True, database=None)
+settings.register_profile("explore", deadline=None, derandomize=False, database=None)
 settings.load_profile("perfcast")
 
 
