@@ -129,8 +129,8 @@ def edit_table(path: Path, edits) -> None:
             r.pop(j % len(r))
         elif kind == "header":
             rows[0][j % len(rows[0])] = cell
-        elif kind == "dup_row":
-            rows.append(list(rows[1 + i % max(1, len(rows) - 2)]))
+        elif kind == "dup_row" and len(rows) > 1:  # a table cut to its header has no row to repeat
+            rows.append(list(rows[1 + i % (len(rows) - 1)]))
         elif kind == "drop_rows":
             rows = rows[:1 + i % 2]
         data = "\n".join(",".join(x) for x in rows).encode()
