@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from perfcast.inputs import dump_yaml
+
 
 #: Significant digits kept for ``latency_us`` (the sources carry about six).
 LATENCY_FORMAT = "%.6g"
@@ -79,7 +80,7 @@ def write_csv(df, path: Path) -> None:
 
 
 def _flow(value) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False)
+    text = dump_yaml(value, default_flow_style=True, width=10_000, sort_keys=False)
     return text.strip().removesuffix("...").strip()  # a bare scalar ends with "..." (end of document)
 
 
@@ -102,4 +103,4 @@ def write_mapping(path: Path, header: str, meta: dict, kernels: list[Kernel], op
 
 def write_manifest(path: Path, manifest: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100, allow_unicode=True))
+    path.write_text(dump_yaml(manifest, sort_keys=False, width=100, allow_unicode=True))
