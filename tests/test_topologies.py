@@ -257,3 +257,14 @@ def test_cli_bad_topology_file_names_file_and_key(cli, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"perfcast collective: error: {path}: key 'tiers.1.links_per_device': a switch tier needs its ports per device"]
+
+
+def test_an_ad_hoc_tier_beyond_the_device_limit_is_refused_not_priced():
+    # 10**16 devices priced a 10-byte all-reduce at 5 ns: a tier holds at most 2**20 devices
+    from fuzzing import run_cli
+
+    rc, out, err = run_cli("collective", "all_reduce", "--topology", "torus:99999999x99999999",
+                           "--link-bandwidth", "1e9", "--bytes", "10")
+    assert (rc, out) == (2, "") and err == (
+        "perfcast collective: error: topology tier torus:99999999x99999999: 9,999,999,800,000,001 devices; "
+        "expected at most 1,048,576 (2**20, about a thousand times the largest deployments)\n")

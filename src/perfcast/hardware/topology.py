@@ -32,6 +32,7 @@ from pydantic import Field, model_validator
 from perfcast.hardware.device import exact
 from perfcast.hardware.spec import (Efficiency, NonNegative, Positive, PositiveInt, Text, _Strict, get_shipped,
                                     parse_spec, read_yaml, shipped_files, source_problems)
+from perfcast.inputs.limits import MAX_DEVICES
 from perfcast.ir.errors import UserError
 
 KINDS = ("torus", "ring", "switch", "full_mesh")
@@ -71,6 +72,9 @@ class Tier:
             raise UserError(f"topology tier {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not self.dims or any(d < 1 for d in self.dims):
             raise UserError(f"topology tier {self.name}: sizes must be positive integers, got {self.dims}")
+        if math.prod(self.dims) > MAX_DEVICES:
+            raise UserError(f"topology tier {self.name}: {math.prod(self.dims):,} devices; expected at most "
+                            f"{MAX_DEVICES:,} (2**20, about a thousand times the largest deployments)")
         if self.kind != "torus" and len(self.dims) != 1:
             raise UserError(f"topology tier {self.name}: a {self.kind} has one size, got {self.dims}")
         if self.ports is not None and self.kind != "switch":
