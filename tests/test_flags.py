@@ -269,12 +269,16 @@ def test_image_tokens_count_against_the_steps_tokens():
     (["--sweep", "B=1,inf"], "--sweep B=inf: 'inf' is not a finite number"),
     (["--symbolic-hw", "hbm_bandwidth_bytes_per_s", "--set", "hbm_bandwidth_bytes_per_s=-1"],
      "--set hbm_bandwidth_bytes_per_s=-1: hbm_bandwidth_bytes_per_s is a hardware rate; expected a positive number"),
+    # 1e-300 B/s priced a load at an infinite time: the bounds of a device file's figures apply
+    (["--symbolic-hw", "hbm_bandwidth_bytes_per_s", "--sweep", "hbm_bandwidth_bytes_per_s=1e12,1e-300"],
+     "--sweep hbm_bandwidth_bytes_per_s=1e-300: hbm_bandwidth_bytes_per_s is a hardware rate; expected a number "
+     "from 1e-30 to 1e+30, as in a device file"),
 ])
 def test_design_values_are_checked_by_their_symbols_kind(argv, message):
     assert refused("kernel", "flash-attention", *argv) == f"perfcast kernel: error: {message}"
 
 
-def test_a_hardware_parameter_takes_any_finite_positive_number():
+def test_a_hardware_parameter_takes_a_positive_number_in_a_device_files_range():
     rc, out, err = run_cli("kernel", "flash-attention", "--symbolic-hw", "hbm_bandwidth_bytes_per_s",
                            "--set", "hbm_bandwidth_bytes_per_s=1.5e12", "--json")
     assert rc == 0, err

@@ -181,11 +181,17 @@ def sweep(text: str, flag: str) -> tuple[str, list[int | float]]:
 
 def design_value(flag: str, sym: str, value: int | float, *, size: bool) -> int | float:
     """A ``--set``/``--sweep`` value of a kernel symbol: a DSL size is a positive integer at most
-    MAX_SIZE; a hardware parameter (``--symbolic-hw``) any finite positive number."""
+    MAX_SIZE; a hardware parameter (``--symbolic-hw``) a positive number within the bounds of a
+    device file's figures."""
     if value <= 0:
         raise UserError(f"{flag} {sym}={value:g}: {sym} is {'a size' if size else 'a hardware rate'}; "
                         f"expected a positive {'integer' if size else 'number'}")
     if not size:
+        from perfcast.hardware.spec import MAX_FIGURE, MIN_FIGURE
+
+        if not MIN_FIGURE <= value <= MAX_FIGURE:  # the bounds of every figure in a device file
+            raise UserError(f"{flag} {sym}={value:g}: {sym} is a hardware rate; expected a number from "
+                            f"{MIN_FIGURE:g} to {MAX_FIGURE:g}, as in a device file")
         return value
     if not float(value).is_integer():
         raise UserError(f"{flag} {sym}={value:g}: {sym} is a size; expected a positive integer")

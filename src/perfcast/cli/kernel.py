@@ -130,7 +130,7 @@ def _meshes(spec, topo):
 def _design_point(args) -> tuple[list, list]:
     """(``--set`` (symbol, value) pairs, ``--sweep`` (symbol, values) axes), each value checked
     by its symbol's kind before anything is traced: a hardware parameter (``--symbolic-hw``) is
-    any finite positive number, every other symbol a DSL size (a positive integer). A symbol set
+    a positive number within a device file's bounds, every other symbol a DSL size (a positive integer). A symbol set
     or swept twice is an error, not a silent last-one-wins or a product with itself."""
     sets = [assignment(text, "--set") for text in args.set]
     axes = [sweep(text, "--sweep") for text in args.sweep]
