@@ -11,7 +11,8 @@ import perfcast
 ROOT = Path(perfcast.__file__).parent
 # A package may import only packages of a strictly lower rank (and itself).
 RANK = {"ir": 0, "inputs": 1, "dsl": 2, "hardware": 2, "models": 2, "data": 2, "perf": 3, "kernels": 3,
-        "capture": 3, "rollup": 4, "db": 4, "engines": 4, "inference": 5, "report": 6, "profiler": 6, "cli": 7}
+        "capture": 3, "rollup": 4, "db": 4, "engines": 4, "inference": 5, "serving": 6, "report": 7, "profiler": 6,
+        "cli": 8}
 
 
 def _imports(path: Path):
