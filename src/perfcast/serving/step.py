@@ -1,0 +1,347 @@
+"""The step model: one engine step priced for any batch mix, compiled once per deployment.
+
+A deployment's step is captured twice with symbolic sizes (:mod:`perfcast.capture.cache`): the
+decode step in ``B`` sequences and ``C`` cached tokens, and the prefill in ``B`` sequences of
+``S`` new tokens after ``C`` cached ones. Both are laid out on the deployment's layout, rewritten
+as its engine runs them (:func:`perfcast.engines.apply`), lowered and rolled up once per size
+decision of the engine (launch mode, all-reduce strategy: :func:`perfcast.engines.size_decisions`).
+The rolled-up leaves fall in three classes by the symbols their time depends on:
+
+- **dense** (``B`` or ``B·S`` only): the GEMMs, norms, activations, collectives — priced at the
+  step's tokens;
+- **attention** (``C`` too): each request's attention over its own context;
+- **per sequence** (prefill leaves in ``B`` only): the LM head over the last position of each
+  sequence (TensorRT-LLM and vLLM compute logits for the last token of a prompt).
+
+A continuous-batching engine runs one forward over the packed tokens of every scheduled request
+(TensorRT-LLM ``PyExecutor._forward_step`` with context and generation requests in one batch;
+vLLM v1 ``GPUModelRunner.execute_model`` on the scheduler's flattened tokens), so a step of a mix
+is the dense part at the total tokens, plus every request's attention at its own sizes, plus the
+LM head at the sequences:
+
+    t(mix) = dense(T) + head(n) + attn_decode(B_d, C̄_d) + Σ_chunks attn_prefill(1, s_i, p_i)
+
+with ``T`` the tokens, ``n`` the sequences, ``C̄_d`` the decodes' mean context (exact where the
+decode attention is linear in the context, as a memory-bound paged attention is). A step of
+decodes alone is the decode capture itself (its own kernels and the CUDA-graph launch of the
+engine's decode); a step holding a prefill chunk runs as the engine runs prefills. Speculative
+verification of ``1 + k`` tokens per sequence is the decode step's dense part at ``B·(1 + k)``
+tokens (every position's logits) and the prefill attention of ``1 + k`` queries per sequence.
+
+Evaluation never re-captures: the dense parts are tabulated over every token count once (one
+vectorised call), the attention parts lazily per batch (decode) or chunk length (prefill) on a
+16-token context grid, linearly interpolated between grid points (:data:`GRID`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+import sympy
+
+from perfcast import engines
+from perfcast.capture import cache, lower
+from perfcast.capture import parallel as par
+from perfcast.hardware import get_device
+from perfcast.inference import quantization
+from perfcast.inference.roofline import DatasheetRoofline
+from perfcast.inference.textgen import Request, make_model, simulate
+from perfcast.ir import UserError, dim, itemsize
+from perfcast.rollup import LaunchModel, rollup
+from perfcast.serving.types import Mix
+
+#: Context grid of the attention tables (tokens); between two grid points the time is linear.
+GRID = 16
+#: Performance models a step model can be compiled for: closed forms only.
+STEP_MODELS = ("analytic", "roofline")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One engine instance: the model, the device, the engine and the layout it runs. Plain and
+    hashable: a search builds thousands and compiles each distinct one once."""
+
+    model: str
+    device: str
+    engine: str | None = None
+    layout: par.Layout = par.Layout()
+    dtype: str = "bf16"
+    quantize: str | None = None
+    kv_dtype: str | None = None
+    topology: str | None = None
+    performance_model: str = "analytic"
+
+    def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
+        """The text-generate request of one step of this deployment (``batch`` sequences per
+        data-parallel rank)."""
+        from perfcast.inference.silicon import catalog_model
+
+        return Request(model=catalog_model(self.model), device=get_device(self.device),
+                       num_queries=batch * self.layout.dp, query_length=1 if decode else length,
+                       context_length=length if decode else context, decode=decode, dtype=self.dtype,
+                       quantize=self.quantize, kv_dtype=self.kv_dtype, layout=self.layout,
+                       engine=self.engine, topology=self.topology)
+
+    @property
+    def devices(self) -> int:
+        return self.layout.num_devices
+
+
+@dataclass
+class _Part:
+    """One lowering's rolled-up parts as NumPy functions (no guard: the symbolic capture's
+    shapes hold at size one too, which a test checks against concrete captures)."""
+
+    dense: object   # (B) or (B, S) -> s
+    attention: object  # (B, C) or (B, S, C) -> s
+    head: object | None  # prefill: (B) -> s
+
+
+class StepModel:
+    """Prices :class:`~perfcast.serving.types.Mix` steps of one deployment (one data-parallel
+    rank's engine instance). ``max_tokens``: the largest step (tokens) tabulated up front."""
+
+    def __init__(self, deployment: Deployment, *, max_tokens: int = 16384):
+        if deployment.performance_model not in STEP_MODELS:
+            raise UserError(f"--performance-model {deployment.performance_model!r}: serving prices steps from "
+                            f"closed forms; expected one of {', '.join(STEP_MODELS)}")
+        if deployment.layout.pp > 1:
+            raise UserError("--pp-size: serving with pipeline parallelism is not modelled yet (each stage's "
+                            "micro-batches would need their own schedule); use tp/ep/dp")
+        self.deployment = deployment
+        self.proto = deployment.request(decode=True, batch=2, length=2)
+        self.proto.validate()
+        self.profile = self.proto.profile()
+        self.max_tokens = int(max_tokens)
+        self.unpriced: dict = {}
+        self._decode = self._compile(decode=True)
+        self._prefill = self._compile(decode=False)
+        self._decode_rows: dict[int, list[float]] = {}
+        self._prefill_rows: dict[tuple[int, int], list[float]] = {}
+        self._dense_decode = self._table(self._decode, decode=True)
+        self._dense_prefill = self._table(self._prefill, decode=False)
+        self._head = self._head_table()
+        self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
+                       f"({deployment.layout.describe()}), {deployment.performance_model} pricing")
+
+    # Compilation --------------------------------------------------------------------------
+    def _compile(self, decode: bool) -> dict[tuple, tuple[_Part, list[int]]]:
+        """Per size decision of the engine: the lowering's parts and the token counts it serves."""
+        dep, proto = self.deployment, self.proto
+        model = proto.model
+        layout = dep.layout
+        rank = replace(model, data=par.rank_config(model.data, layout)) if not layout.trivial else model
+        cap, _ = cache.symbolic_capture(rank, dtype=dep.dtype, decode=decode, context=True, reroll=True)
+        cap = par.parallelize(cap, layout, model.data)
+        applied = engines.apply(self.profile, cap, decode=decode, device=proto.device.name,
+                                hidden_size=int(model.data["hidden_size"]))
+        quant = quantization.resolve(proto)
+        mesh = proto.mesh()
+        pm = DatasheetRoofline(proto.device, mesh) if dep.performance_model == "roofline" else \
+            make_model(dep.performance_model, proto.device, None, mesh, self.profile)
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for t in range(1, self.max_tokens + 1):
+            groups[self._decisions(decode, t)].append(t)
+        out = {}
+        for key, tokens in groups.items():
+            rep = tokens[len(tokens) // 2]
+            at = {dim("B"): rep, dim("C"): 2} if decode else {dim("B"): 1, dim("S"): rep, dim("C"): 2}
+            low = lower(applied.capture, quantize=quant.plan, model_dtype=dep.dtype, kv_dtype=quant.kv_override,
+                        name=model.name, plan=applied.plan, engine=self.profile.name, decide_at=at)
+            self.unpriced.update(low.unknown)
+            launch = engines.launch_for(self.profile, decode=decode, tokens=rep, device=proto.device)
+            out[key] = (self._parts(rollup(low.graph, pm, LaunchModel(launch.mode, launch.host_interval_s)),
+                                    pm, decode), tokens)
+        return out
+
+    def _decisions(self, decode: bool, tokens: int) -> tuple:
+        """What the engine decides by size for a step of ``tokens`` tokens on one device."""
+        launch = engines.launch_for(self.profile, decode=decode, tokens=tokens, device=self.proto.device)
+        nbytes = tokens * int(self.proto.model.data["hidden_size"]) * int(itemsize(self.deployment.dtype))
+        return (launch.mode, engines.size_decisions(self.profile, tokens=tokens, nbytes=nbytes))
+
+    @staticmethod
+    def _parts(r, pm, decode: bool) -> _Part:
+        B, S, C = sympy.Symbol("B"), sympy.Symbol("S"), sympy.Symbol("C")
+        by = {s.name: s for s in r.free_symbols}
+        B, S, C = by.get("B", B), by.get("S", S), by.get("C", C)
+        dense, attention, head = [], [], []
+        for leaf in r.leaves:
+            t = leaf.time_s + leaf.trips * leaf.launch_s
+            names = {s.name for s in t.free_symbols}
+            if "C" in names:
+                attention.append(t)
+            elif not decode and "S" not in names:
+                head.append(t)
+            else:
+                dense.append(t)
+        mods = [pm.numpy_functions(), "numpy"]
+        args = (B,) if decode else (B, S)
+        return _Part(dense=sympy.lambdify(args, sympy.Add(*dense), modules=mods),
+                     attention=sympy.lambdify((*args, C), sympy.Add(*attention), modules=mods),
+                     head=None if decode else sympy.lambdify((B,), sympy.Add(*head), modules=mods))
+
+    def _table(self, parts: dict, decode: bool) -> list[float]:
+        """The dense part at every token count 1..max_tokens (index = tokens)."""
+        out = np.zeros(self.max_tokens + 1)
+        for part, tokens in parts.values():
+            t = np.asarray(tokens, dtype=float)
+            out[tokens] = np.broadcast_to(part.dense(t) if decode else part.dense(np.ones_like(t), t), t.shape)
+        return out.tolist()
+
+    def _head_table(self) -> list[float]:
+        """The LM head over ``n`` sequences' last positions (prefill graph), n = 0..max_tokens."""
+        out = np.zeros(self.max_tokens + 1)
+        for part, tokens in self._prefill.values():
+            t = np.asarray(tokens, dtype=float)
+            out[tokens] = np.broadcast_to(part.head(t), t.shape)
+        return out.tolist()
+
+    @cached_property
+    def _part_of(self) -> dict[tuple[bool, int], _Part]:
+        return {(decode, t): part for decode, parts in ((True, self._decode), (False, self._prefill))
+                for part, tokens in parts.values() for t in tokens}
+
+    # Attention rows -----------------------------------------------------------------------
+    def _row(self, rows: dict, key, fn, context: float) -> float:
+        """Linear interpolation on the 16-token grid of a lazily grown row."""
+        row = rows.get(key)
+        need = int(context // GRID) + 2
+        if row is None or len(row) < need:
+            n = max(need, 2 * len(row) if row else 64)
+            grid = np.arange(n, dtype=float) * GRID
+            row = np.broadcast_to(fn(grid), grid.shape).tolist()
+            rows[key] = row
+        i = int(context // GRID)
+        f = context / GRID - i
+        return row[i] + f * (row[i + 1] - row[i])
+
+    def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
+        part = self._part_of[(True, tokens)]
+        return self._row(self._decode_rows, batch, lambda c: part.attention(float(batch), c), context)
+
+    def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
+        part = self._part_of[(False, tokens)]
+        return self._row(self._prefill_rows, (batch, new, id(part)),
+                         lambda c: part.attention(float(batch), float(new), c), past)
+
+    # Pricing ------------------------------------------------------------------------------
+    def step_s(self, mix: Mix) -> float:
+        tokens = mix.tokens
+        if tokens > self.max_tokens:
+            raise UserError(f"a step of {tokens} tokens exceeds the {self.max_tokens} the step model was "
+                            f"compiled for (raise --max-num-tokens' bound or lower the batch)")
+        if tokens == 0:
+            return 0.0
+        d, k = mix.decodes, mix.draft
+        mean = mix.decode_context / d if d else 0.0
+        if not mix.chunks:  # decodes alone: the engine's decode step
+            t = self._dense_decode[tokens]
+            if k == 0:
+                return t + self.attention_decode_s(d, mean, tokens)
+            return t + self.attention_prefill_s(d, 1 + k, mean, tokens)
+        t = self._dense_prefill[tokens] + self._head[mix.sequences]
+        if d:
+            t += self.attention_decode_s(d, mean, tokens) if k == 0 else \
+                self.attention_prefill_s(d, 1 + k, mean, tokens)
+        for c in mix.chunks:
+            t += self.attention_prefill_s(1, c.tokens, c.past, tokens)
+        return t
+
+    def step_many(self, decodes, decode_context, chunk_tokens, chunk_past) -> np.ndarray:
+        """Vectorised, exact (no grid): steps of ``decodes`` sequences with ``decode_context``
+        cached tokens in all and at most one prefill chunk (``chunk_tokens`` 0: none) each."""
+        d = np.asarray(decodes, dtype=float)
+        ctx = np.asarray(decode_context, dtype=float)
+        s = np.asarray(chunk_tokens, dtype=float)
+        p = np.asarray(chunk_past, dtype=float)
+        d, ctx, s, p = np.broadcast_arrays(d, ctx, s, p)
+        tokens = (d + s).astype(int)
+        if tokens.max(initial=0) > self.max_tokens:
+            raise UserError(f"a step of {tokens.max()} tokens exceeds the {self.max_tokens} compiled for")
+        out = np.zeros(d.shape)
+        mean = np.divide(ctx, d, out=np.zeros_like(ctx), where=d > 0)
+        pure = s == 0
+        for decode, parts in ((True, self._decode), (False, self._prefill)):
+            for part, toks in parts.values():
+                m = np.isin(tokens, toks) & (pure if decode else ~pure) & (tokens > 0)
+                if not m.any():
+                    continue
+                dm, cm, sm, pm_ = d[m], mean[m], s[m], p[m]
+                if decode:
+                    out[m] = part.dense(dm) + part.attention(dm, cm)
+                    continue
+                t = part.dense(np.ones_like(sm), dm + sm) + part.head(dm + 1)
+                t = t + part.attention(np.ones_like(sm), sm, pm_)
+                has = dm > 0
+                if has.any():
+                    t = np.where(has, t + _decode_attention(self._decode, tokens[m], dm, cm), t)
+                out[m] = t
+        return out
+
+
+def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
+    """The decode attention of the decodes of mixed steps (their decode kernels)."""
+    out = np.zeros(batch.shape)
+    for part, toks in decode_parts.values():
+        m = np.isin(tokens, toks) & (batch > 0)
+        if m.any():
+            out[m] = part.attention(batch[m], np.maximum(mean[m], 0))
+    return out
+
+
+def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:
+    """The step model of ``deployment`` (see :class:`StepModel`), memoised per process."""
+    key = (deployment, int(max_tokens))
+    if key not in _COMPILED:
+        _COMPILED[key] = StepModel(deployment, max_tokens=max_tokens)
+    return _COMPILED[key]
+
+
+_COMPILED: dict = {}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One device's memory as the engine sizes its KV cache: weights, the activation peak of its
+    largest step, the KV bytes per token (every layer, one device's share)."""
+
+    capacity_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    kv_bytes_per_token: int
+
+
+def memory_of(deployment: Deployment, max_tokens: int) -> Memory:
+    """The memory report of a prefill of ``max_tokens`` tokens in one sequence (the engines size
+    their activation workspace by their largest step: vLLM ``profile_run`` with
+    ``max_num_batched_tokens``, TensorRT-LLM's ``max_num_tokens`` warm-up)."""
+    req = replace(deployment.request(decode=False, batch=1, length=max(2, max_tokens)),
+                  performance_models=("analytic",))
+    mem = simulate(req).memory
+    return Memory(int(mem.capacity_bytes), int(mem.weights_bytes), int(mem.activation_peak_bytes),
+                  int(mem.kv_cache_bytes_per_token))
+
+
+def kv_capacity_tokens(mem: Memory, fraction: float, basis: str, block: int) -> int:
+    """KV-cache tokens one device holds, in whole blocks of ``block`` tokens:
+
+    - ``basis: total`` — vLLM ``gpu_memory_utilization`` (vllm/v1/worker/gpu_worker.py
+      ``determine_available_memory``: utilisation × total − weights − the profiled activation
+      peak), SGLang ``mem_fraction_static`` (model_runner.py ``profile_max_num_token``: the
+      fraction of total for weights and KV);
+    - ``basis: free`` — TensorRT-LLM ``free_gpu_memory_fraction`` of the memory left after the
+      weights and the warm-up's activations (tensorrt_llm/_torch/pyexecutor/_util.py
+      ``KvCacheCreator``)."""
+    if basis == "total":
+        free = fraction * mem.capacity_bytes - mem.weights_bytes - mem.activation_bytes
+    elif basis == "static":
+        free = fraction * mem.capacity_bytes - mem.weights_bytes
+    else:
+        free = fraction * (mem.capacity_bytes - mem.weights_bytes - mem.activation_bytes)
+    tokens = int(max(0.0, free) // max(1, mem.kv_bytes_per_token))
+    return tokens // block * block
+
