@@ -1,0 +1,97 @@
+"""The serving step model prices what text-generate prices, for any mix, without re-capturing."""
+
+import numpy as np
+import pytest
+
+from perfcast.capture.parallel import Layout
+from perfcast.inference.textgen import simulate
+from perfcast.ir import UserError
+from perfcast.serving.step import GRID, Deployment, Memory, compile_step, kv_capacity_tokens
+from perfcast.serving.types import Chunk, Mix
+
+LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "trtllm")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return compile_step(LLAMA, max_tokens=4096)
+
+
+def _textgen(dep, **kw):
+    return simulate(dep.request(**kw)).step_time_s("analytic")
+
+
+@pytest.mark.parametrize("batch,context", [(1, 1024), (8, 1088), (64, 2048)])
+def test_a_decode_step_is_text_generates(llama, batch, context):
+    assert llama.step_s(Mix(batch, batch * context)) == pytest.approx(
+        _textgen(LLAMA, decode=True, batch=batch, length=context), rel=1e-12)
+
+
+@pytest.mark.parametrize("tokens,past", [(1024, 0), (512, 1024), (3008, 0), (40, 100)])
+def test_a_prefill_chunk_is_text_generates(llama, tokens, past):
+    assert llama.step_s(Mix(chunks=(Chunk(tokens, past),))) == pytest.approx(
+        _textgen(LLAMA, decode=False, batch=1, length=tokens, context=past), rel=1e-12)
+
+
+def test_off_the_grid_contexts_are_interpolated_closely(llama):
+    context = 1000 + GRID // 2
+    exact = _textgen(LLAMA, decode=True, batch=16, length=context)
+    assert llama.step_s(Mix(16, 16 * context)) == pytest.approx(exact, rel=1e-4)
+    exact = _textgen(LLAMA, decode=False, batch=1, length=3001, context=999)
+    assert llama.step_s(Mix(chunks=(Chunk(3001, 999),))) == pytest.approx(exact, rel=1e-5)
+
+
+def test_a_mixed_step_is_the_dense_part_at_all_tokens_plus_each_requests_attention(llama):
+    mix = Mix(32, 32 * 2048, (Chunk(256, 512),))
+    dense = llama._dense_prefill[mix.tokens] + llama._head[mix.sequences]
+    attention = llama.attention_decode_s(32, 2048, mix.tokens) + llama.attention_prefill_s(1, 256, 512, mix.tokens)
+    assert llama.step_s(mix) == pytest.approx(dense + attention, rel=1e-12)
+    # heavier than either part alone, lighter than the two steps run one after the other
+    alone = llama.step_s(Mix(32, 32 * 2048)) + llama.step_s(Mix(chunks=(Chunk(256, 512),)))
+    assert max(llama.step_s(Mix(32, 32 * 2048)), llama.step_s(Mix(chunks=(Chunk(256, 512),)))) \
+        < llama.step_s(mix) < alone
+
+
+def test_the_vectorised_prices_are_the_scalar_ones_on_the_grid(llama):
+    d = np.array([8, 0, 64, 5])
+    ctx = d * np.array([1088, 0, 2048, 512])
+    s = np.array([0, 1024, 512, 112])
+    p = np.array([0, 0, 1024, 32])
+    many = llama.step_many(d, ctx, s, p)
+    one = [llama.step_s(Mix(int(a), int(b), (Chunk(int(c), int(e)),) if c else ())) for a, b, c, e in zip(d, ctx, s, p)]
+    assert many == pytest.approx(one, rel=1e-9)
+
+
+def test_speculative_verification_costs_more_than_a_decode_and_less_than_k_plus_one(llama):
+    one = llama.step_s(Mix(16, 16 * 1024))
+    verify = llama.step_s(Mix(16, 16 * 1024, draft=3))
+    assert one < verify < 4 * one
+
+
+def test_a_step_beyond_the_compiled_tokens_is_one_line(llama):
+    with pytest.raises(UserError, match="exceeds the 4096"):
+        llama.step_s(Mix(chunks=(Chunk(5000),)))
+
+
+def test_pipeline_parallel_and_profiling_are_refused():
+    with pytest.raises(UserError, match="--pp-size"):
+        compile_step(Deployment("llama-3.1-8b", "h100-sxm", layout=Layout(pp=2)))
+    with pytest.raises(UserError, match="--performance-model"):
+        compile_step(Deployment("llama-3.1-8b", "h100-sxm", performance_model="profiling"))
+
+
+def test_tensor_parallel_steps_match_text_generate():
+    dep = Deployment("llama-3.1-8b", "h100-sxm", "vllm", layout=Layout(tp=2))
+    step = compile_step(dep, max_tokens=2048)
+    assert step.step_s(Mix(32, 32 * 1024)) == pytest.approx(_textgen(dep, decode=True, batch=32, length=1024),
+                                                            rel=1e-12)
+    assert step.step_s(Mix(chunks=(Chunk(2048),))) == pytest.approx(
+        _textgen(dep, decode=False, batch=1, length=2048), rel=1e-12)
+
+
+def test_kv_capacity_by_each_engines_rule():
+    mem = Memory(capacity_bytes=80_000, weights_bytes=16_000, activation_bytes=4_000, kv_bytes_per_token=10)
+    assert kv_capacity_tokens(mem, 0.9, "free", 32) == 5376   # 0.9 × (80k − 16k − 4k) = 54,000 B → 5,400 → 168 blocks
+    assert kv_capacity_tokens(mem, 0.9, "total", 16) == 5200  # 0.9 × 80k − 16k − 4k = 52,000 B
+    assert kv_capacity_tokens(mem, 0.9, "static", 1) == 5600  # 0.9 × 80k − 16k = 56,000 B
+    assert kv_capacity_tokens(Memory(10, 20, 0, 1), 0.9, "free", 16) == 0
