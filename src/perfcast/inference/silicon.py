@@ -47,7 +47,23 @@ COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precisio
 #: ``static``: a static batch (TensorRT-LLM's gptSessionBenchmark, the published
 #: performance tables before v0.10): one prefill of the whole batch, then its decode steps.
 MODES = ("agg", "disagg", "static")
+#: Columns the serving replay reads where the source has them: a disaggregated run's prefill
+#: workers and both pools' worker counts.
+WORKER_COLUMNS = ("prefill_batch_size", "prefill_num_workers", "prefill_tp_size", "prefill_pp_size",
+                  "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_num_workers")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+#: The InferenceX (InferenceMAX) cohort's sources: its dated result files and its database dumps.
+_INFERENCEX = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/)")
+
+
+def benchmark_of(source: str) -> str:
+    """Which benchmark client measured a row, from ``silicon_data_source``: ``inferencex`` — the
+    InferenceX / InferenceMAX runs (dated result files, ``db-dump/`` workflow runs), whose client
+    is vLLM's ``benchmark_serving.py`` with ``--random-range-ratio 0.8 --num-prompts CONC*10
+    --max-concurrency CONC --request-rate inf --ignore-eos`` (InferenceMAX ``benchmarks/*.sh``;
+    ai-dynamo/aisimulate ``scripts/e2e_accuracy`` replays that cohort with the same workload);
+    ``gap-analysis`` — aiconfigurator's own collections, whose client the source does not state."""
+    return "inferencex" if _INFERENCEX.match(source or "") else "gap-analysis"
 
 
 def shipped_path() -> Path:
@@ -85,6 +101,12 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
     if "concurrency" not in frame.columns:
         source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
         frame["concurrency"] = source.str.extract(_CONCURRENCY, expand=False).fillna("")
+    if "benchmark" not in frame.columns:
+        source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
+        frame["benchmark"] = source.map(benchmark_of)
+    for col in WORKER_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = ""
     if path is None:
         m = manifest()
         where = (f"shipped copy of {m['source']['package']} {m['source']['package_version']} "
@@ -95,11 +117,12 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
 
 
 def convert(source: str | Path, out: str | Path) -> dict:
-    """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` verbatim (the
-    source's own text, no float round trip) and ``concurrency`` from ``silicon_data_source``.
-    Returns the counts the MANIFEST records."""
+    """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` and
+    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip), ``concurrency``
+    and ``benchmark`` (:func:`benchmark_of`) from ``silicon_data_source``. Returns the counts the
+    MANIFEST records."""
     frame, _ = read(source)
-    kept = frame[list(COLUMNS) + ["concurrency"]]
+    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + ["concurrency", "benchmark"]]
     kept.to_csv(out, index=False)
     return {"rows": len(kept), "sha256_source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
             "sha256": hashlib.sha256(Path(out).read_bytes()).hexdigest()}
