@@ -94,13 +94,13 @@ class Workload:
         if not 0.0 <= self.prefix_hit_rate <= 1.0:
             raise UserError(f"prefix hit rate {self.prefix_hit_rate}: must lie in [0, 1]")
 
-    @property
+    @cached_property
     def hit_tokens(self) -> int:
         """Prompt tokens served from the prefix cache; the last prompt token is always computed
         (vLLM recomputes it on a full hit to produce the logits)."""
         return min(round(self.isl * self.prefix_hit_rate), self.isl - 1)
 
-    @property
+    @cached_property
     def prefill_tokens(self) -> int:
         return self.isl - self.hit_tokens
 
@@ -152,6 +152,13 @@ class _Model:
             self.memo[key] = cost.step_s(mix)
         return self.memo[key]
 
+    def at(self, fn, n: int) -> float:
+        """``fn(n)`` memoised by (function, count): a root search revisits the same neighbours."""
+        key = (fn.__name__, n)
+        if key not in self.memo:
+            self.memo[key] = fn(n)
+        return self.memo[key]
+
     @cached_property
     def e(self) -> float:
         return expected_tokens_per_step(self.engine.acceptance)
@@ -198,6 +205,9 @@ class _Model:
             return self.chunks(need)
         return self.chunks(max(1, self.engine.max_num_tokens - n * (1 + self.engine.spec_k)))
 
+    def prompt_steps(self, n: int) -> int:
+        return len(self.prompt_chunks(n))
+
     def prompt_extra_s(self, n: int) -> float:
         """What a prompt adds to the n-decode steps that carry its chunks (the step's own fixed
         cost excluded): ``Σ_chunks step(decodes + chunk) − step(decodes)``."""
@@ -232,13 +242,13 @@ def _state(m: _Model, r: float) -> _State:
     least itself: steps are priced at ``max(d, 1)`` decodes."""
     d = r * (m.load.osl - 1) / m.e
     n = max(d, 1.0)
-    f = _lerp(m.decode_s, n)
+    f = _lerp(lambda i: m.at(m.decode_s, i), n)
     if m.engine.policy == "sglang":
         b = min(max(r, 1.0), m.prefill_batch_max)
-        p = _lerp(m.prefill_batch_s, b)
+        p = _lerp(lambda i: m.at(m.prefill_batch_s, i), b)
         return _State(r, d, f + r / b * p, p)
-    extra = _lerp(m.prompt_extra_s, n)
-    steps = _lerp(lambda i: len(m.prompt_chunks(i)), n)
+    extra = _lerp(lambda i: m.at(m.prompt_extra_s, i), n)
+    steps = _lerp(lambda i: m.at(m.prompt_steps, i), n)
     return _State(r, d, f + r * extra, steps * f + extra * max(1.0, steps * r))
 
 
