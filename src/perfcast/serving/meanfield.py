@@ -36,6 +36,7 @@ from functools import cached_property
 from scipy.optimize import brentq
 
 from perfcast.ir import UserError
+from perfcast.serving.queueing import md1_wait, share_within, wait_tail
 from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary
 
 POLICIES = ("vllm", "sglang", "trtllm")
@@ -334,22 +335,6 @@ def max_load(step: StepCost, engine: EngineConfig, load: Workload, *,
     return replace(r, notes=r.notes + ("max load: latencies of the closed loop at C = B_max",))
 
 
-def _tail(base: float, wait: float, rho: float) -> Summary:
-    """TTFT percentiles with the queueing wait's exponential tail: ``P(W > t) = ρ · exp(−ρ t / E[W])``
-    (P(W > 0) = ρ for M/G/1; the exponential tail is Kingman's heavy-traffic approximation,
-    Kingman 1962, "On queues in heavy traffic", J. R. Stat. Soc. B 24)."""
-    def q(p: float) -> float:
-        return 0.0 if wait == 0.0 or 1.0 - p >= rho else wait / rho * math.log(rho / (1.0 - p))
-    return Summary(base + wait, base + q(0.5), base + q(0.9), base + q(0.99))
-
-
-def _share_within(slack: float, wait: float, rho: float) -> float:
-    """``P(W ≤ slack)`` under :func:`_tail`'s distribution."""
-    if slack < 0.0:
-        return 0.0
-    return 1.0 if wait == 0.0 else 1.0 - rho * math.exp(-rho * slack / wait)
-
-
 def open_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: StepCost | None = None,
               slo: SLO | None = None) -> ServingResult:
     """Poisson arrivals at ``λ = load.rate_per_s``. Stable only below the saturated throughput
@@ -368,15 +353,15 @@ def open_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: St
         return _unstable(m, sat, lam)
     st = _state(m, brentq(lambda r: _state(m, r).x - lam, 0.0, sat.r, xtol=_XTOL, rtol=_RTOL))
     rho = lam / sat.x
-    wait, base, tpot = rho / (2.0 * sat.x * (1.0 - rho)), st.ttft_s + st.tau_s / 2.0, st.tau_s / m.e
+    wait, base, tpot = md1_wait(rho, sat.x), st.ttft_s + st.tau_s / 2.0, st.tau_s / m.e
     good = None
     if slo is not None:
         bounds = ((slo.ttft_s, base), (slo.e2e_s, base + (load.osl - 1) * tpot))
         slack = min((b - v for b, v in bounds if b is not None), default=math.inf)
-        good = lam * _share_within(slack, wait, rho) if _meets(SLO(tpot_s=slo.tpot_s), 0, tpot, 0) else 0.0
+        good = lam * share_within(slack, wait, rho) if _meets(SLO(tpot_s=slo.tpot_s), 0, tpot, 0) else 0.0
     notes = (f"open loop λ = {lam:.6g}/s at utilisation ρ = {rho:.4g} of X_sat = {sat.x:.6g}/s",
              "TTFT: prompt steps + half a step + M/D/1 wait; percentiles from the wait's exponential tail")
-    return _result(m, st, _tail(base, wait, rho), lam, notes, good)
+    return _result(m, st, wait_tail(base, wait, rho), lam, notes, good)
 
 
 def _unstable(m: _Model, sat: _State, lam: float) -> ServingResult:

@@ -19,8 +19,9 @@ from scipy.optimize import brentq
 
 from perfcast.ir import UserError
 from perfcast.serving.meanfield import (
-    _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model, _tail,
+    _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model,
 )
+from perfcast.serving.queueing import md1_wait, mdc_wait, wait_tail
 from perfcast.serving.types import SLO, ServingResult, StepCost, Summary
 
 
@@ -68,24 +69,6 @@ def _pools(prefill: Pool, decode: Pool, load: Workload, draft: StepCost | None) 
     return _Pools(pre, _Model(decode.step, replace(decode.engine, policy="sglang"), load, draft))
 
 
-def _md1_wait(rho: float, mu: float) -> float:
-    """Pollaczek–Khinchine mean wait of M/D/1 with service ``1 / mu``: ``ρ / (2 μ (1 − ρ))``."""
-    return rho / (2.0 * mu * (1.0 - rho))
-
-
-def _mdc_wait(lam: float, mu_slot: float, c: int) -> float:
-    """Mean wait of M/D/c by the Allen–Cunneen approximation, half the M/M/c wait:
-    ``W ≈ C(c, a) / (c μ − λ) · (1 + c_s²) / 2`` with ``c_s² = 0``, ``a = λ / μ``, and the Erlang C
-    probability from the Erlang B recursion ``B_k = a B_{k−1} / (k + a B_{k−1})`` (Allen 1990,
-    Probability, Statistics and Queueing Theory, §6; Gross & Harris, Fundamentals of Queueing
-    Theory, §2.3)."""
-    a, b = lam / mu_slot, 1.0
-    for k in range(1, c + 1):
-        b = a * b / (k + a * b)
-    erlang_c = c * b / (c - a * (1.0 - b))
-    return erlang_c / (c * mu_slot - lam) / 2.0
-
-
 def sustainable_rate(prefill: Pool, decode: Pool, load: Workload, *, draft: StepCost | None = None) -> float:
     """The saturated requests/s of the split: ``min(x μ_prefill, y μ_decode)``."""
     p = _pools(prefill, decode, load, draft)
@@ -110,8 +93,8 @@ def disaggregated(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: fl
     b = min(max(lam / prefill.instances * p.pre.prefill_batch_s(1), 1.0), p.pre.prefill_batch_max)
     service, tpot = _lerp(p.pre.prefill_batch_s, b), p.tau(d) / p.dec.e
     rho_p, rho_d = lam / cap_p, lam / cap_d
-    base = service + kv_transfer_s + _mdc_wait(lam_d, p.mu_decode / p.dec.cap, p.dec.cap)
-    ttft = _tail(base, _md1_wait(rho_p, p.mu_prefill), rho_p)
+    base = service + kv_transfer_s + mdc_wait(lam_d, p.mu_decode / p.dec.cap, p.dec.cap)
+    ttft = wait_tail(base, md1_wait(rho_p, p.mu_prefill), rho_p)
     notes = (f"disaggregated {prefill.instances}P{decode.instances}D at λ = {lam:.6g}/s: prefill ρ = {rho_p:.4g}, "
              f"decode ρ = {rho_d:.4g}, {d:.4g} sequences per decode instance",
              "TTFT percentiles: the prefill wait's exponential tail; the decode wait enters at its mean")
