@@ -1,0 +1,386 @@
+"""The closed form (mean field) of continuous-batching serving: one steady state per load point.
+
+A continuous-batching engine holds at most ``B_max = min(max_batch, ⌊KV / (isl + osl)⌋)``
+sequences (the KV bound reserves each request's final length, as TensorRT-LLM's
+GUARANTEED_NO_EVICT scheduler does; tensorrt_llm/_torch/pyexecutor/scheduler.py). In the steady
+state every engine step is the same *mean* step: ``d`` decoding sequences and ``r`` prompts'
+worth of prefill per step. Little's law over the decode phase gives ``d = r · (osl − 1) / E``
+(each request spends ``(osl − 1) / E`` steps decoding, ``E`` tokens per step; Little 1961,
+Operations Research 9(3)); over the whole stay in the engine it gives the in-flight count
+``B = d + X · TTFT_service`` with ``X = r / τ`` requests/s and ``τ`` the mean step. The policies
+differ only in how a prompt's prefill enters the steps (:func:`_state`):
+
+- ``vllm`` (V1 scheduler, vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``) and ``trtllm``
+  (in-flight batching: context requests join the generation step): *mixed* steps, the prefill
+  chunks ride along the decodes under one token budget; chunk size ``budget − d · (1 + k)`` with
+  chunked prefill, the whole prompt without (``trtllm`` default);
+- ``sglang`` (python/sglang/srt/managers/scheduler.py ``get_next_batch_to_run``: a prefill batch
+  whenever requests wait, else a decode batch): prefill batches run alone and the decoding
+  sequences stall for them.
+
+Steps are priced with the caller's :class:`~perfcast.serving.types.StepCost` at the mean cached
+context (decode step ``j`` of ``1 … osl − 1`` reads ``isl + j − 1`` cached keys plus its own, so
+the attended keys average ``isl + osl/2``). A step cost linear in the batch's summed context —
+:class:`~perfcast.serving.types.AffineStep`, a roofline attention term — is priced exactly by the
+mean; a cost nonlinear in one sequence's context (a kernel's efficiency at long context, padding
+to the longest sequence) is approximated by it. Fractional counts (``d = 7.5`` decodes) are priced
+by linear interpolation between the integer neighbours, exact for a step affine in the count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from scipy.optimize import brentq
+
+from perfcast.ir import UserError
+from perfcast.serving.queueing import md1_wait, share_within, wait_tail
+from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary
+
+POLICIES = ("vllm", "sglang", "trtllm")
+_XTOL, _RTOL = 1e-14, 1e-15
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine instance's scheduler limits, KV capacity and speculative decoding, as plain
+    fields: ``max_batch`` (vLLM ``max_num_seqs``, TRT-LLM ``max_batch_size``, SGLang
+    ``max_running_requests``), ``max_num_tokens`` (the per-step token budget; SGLang's
+    ``chunked_prefill_size`` for its prefill batches), ``spec_k`` draft tokens verified per step
+    with per-position acceptance rates ``acceptance`` (``len == spec_k``)."""
+
+    policy: str = "vllm"
+    max_batch: int = 256
+    max_num_tokens: int = 8192
+    chunked_prefill: bool = True
+    kv_capacity_tokens: int = 1 << 20
+    devices: int = 1
+    spec_k: int = 0
+    acceptance: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise UserError(f"policy {self.policy!r}: not one of {', '.join(POLICIES)}")
+        for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} {getattr(self, name)}: must be at least 1")
+        if self.spec_k < 0 or len(self.acceptance) != self.spec_k:
+            raise UserError(f"speculative decoding: {len(self.acceptance)} acceptance rates for k = {self.spec_k}")
+        if any(not 0.0 <= a <= 1.0 for a in self.acceptance):
+            raise UserError(f"acceptance rates {self.acceptance}: each must lie in [0, 1]")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Fixed lengths and one load: ``concurrency`` clients in a closed loop, or Poisson arrivals
+    at ``rate_per_s`` (open loop), or neither (max load: all requests queued at t = 0)."""
+
+    isl: int
+    osl: int
+    concurrency: int | None = None
+    rate_per_s: float | None = None
+    prefix_hit_rate: float = 0.0
+
+    def __post_init__(self):
+        if self.isl < 1 or self.osl < 2:
+            raise UserError(f"isl {self.isl}, osl {self.osl}: the closed form needs isl ≥ 1 and osl ≥ 2")
+        if self.concurrency is not None and self.rate_per_s is not None:
+            raise UserError("a workload has a concurrency or a rate, not both")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise UserError(f"concurrency {self.concurrency}: must be at least 1")
+        if self.rate_per_s is not None and not 0.0 < self.rate_per_s < math.inf:
+            raise UserError(f"rate {self.rate_per_s}/s: must be positive and finite")
+        if not 0.0 <= self.prefix_hit_rate <= 1.0:
+            raise UserError(f"prefix hit rate {self.prefix_hit_rate}: must lie in [0, 1]")
+
+    @cached_property
+    def hit_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache; the last prompt token is always computed
+        (vLLM recomputes it on a full hit to produce the logits)."""
+        return min(round(self.isl * self.prefix_hit_rate), self.isl - 1)
+
+    @cached_property
+    def prefill_tokens(self) -> int:
+        return self.isl - self.hit_tokens
+
+
+def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:
+    """Tokens a sequence gains per verify step: ``E = 1 + Σ_i Π_{j≤i} a_j`` — draft ``i`` counts
+    only if drafts ``1 … i`` are all accepted, and the verify step always yields one token (the
+    bonus or the correction); Leviathan et al. 2023, "Fast Inference from Transformers via
+    Speculative Decoding", eq. (1) with per-position rates."""
+    total, run = 1.0, 1.0
+    for a in acceptance:
+        run *= a
+        total += run
+    return total
+
+
+@dataclass(frozen=True)
+class _State:
+    """The mean step at ``r`` prompts per step: ``d`` decodes, step ``tau_s``, a prompt's own
+    service time ``ttft_s`` (the steps that carry it), ``x`` requests/s, ``inflight`` sequences."""
+
+    r: float
+    d: float
+    tau_s: float
+    ttft_s: float
+
+    @property
+    def x(self) -> float:
+        return self.r / self.tau_s
+
+    @property
+    def inflight(self) -> float:
+        return self.d + self.x * self.ttft_s
+
+
+@dataclass(frozen=True)
+class _Model:
+    """A step cost, an engine and a workload, with the step prices memoised by mix."""
+
+    step: StepCost
+    engine: EngineConfig
+    load: Workload
+    draft: StepCost | None = None
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def price(self, cost: StepCost, mix: Mix) -> float:
+        key = (id(cost), mix)
+        if key not in self.memo:
+            self.memo[key] = cost.step_s(mix)
+        return self.memo[key]
+
+    def at(self, fn, n: int) -> float:
+        """``fn(n)`` memoised by (function, count): a root search revisits the same neighbours."""
+        key = (fn.__name__, n)
+        if key not in self.memo:
+            self.memo[key] = fn(n)
+        return self.memo[key]
+
+    @cached_property
+    def e(self) -> float:
+        return expected_tokens_per_step(self.engine.acceptance)
+
+    @cached_property
+    def cap(self) -> int:
+        """The most sequences the engine holds: ``min(max_batch, ⌊KV / (isl + osl)⌋)``."""
+        per = self.load.isl + self.load.osl
+        cap = min(self.engine.max_batch, self.engine.kv_capacity_tokens // per)
+        if cap < 1:
+            raise UserError(f"KV capacity {self.engine.kv_capacity_tokens} tokens holds no request of {per} tokens")
+        return cap
+
+    def context(self, n: int) -> int:
+        """The n decodes' summed cached context at the mean: ``n · (isl + (osl − 2) / 2)``."""
+        return n * (2 * self.load.isl + self.load.osl - 2) // 2
+
+    def decode_mix(self, n: int, chunks: tuple[Chunk, ...] = ()) -> Mix:
+        return Mix(decodes=n, decode_context=self.context(n), chunks=chunks, draft=self.engine.spec_k)
+
+    def decode_s(self, n: int) -> float:
+        """A step of n decodes, plus ``k`` draft forwards over them when a draft model is given."""
+        s = self.price(self.step, self.decode_mix(n))
+        if self.draft is not None and self.engine.spec_k:
+            s += self.engine.spec_k * self.price(self.draft, Mix(decodes=n, decode_context=self.context(n)))
+        return s
+
+    def chunks(self, budget: int) -> tuple[Chunk, ...]:
+        """The prompt's chunks of at most ``budget`` tokens, after the prefix-cache hits."""
+        left, past, out = self.load.prefill_tokens, self.load.hit_tokens, []
+        while left > 0:
+            t = min(left, budget)
+            out.append(Chunk(t, past))
+            left, past = left - t, past + t
+        return tuple(out)
+
+    def prompt_chunks(self, n: int) -> tuple[Chunk, ...]:
+        """Mixed steps: the leftover budget after n decodes (chunked), else the whole prompt."""
+        need = self.load.prefill_tokens
+        if not self.engine.chunked_prefill:
+            if need > self.engine.max_num_tokens:
+                raise UserError(f"a {need}-token prompt exceeds max_num_tokens {self.engine.max_num_tokens} "
+                                "without chunked prefill")
+            return self.chunks(need)
+        return self.chunks(max(1, self.engine.max_num_tokens - n * (1 + self.engine.spec_k)))
+
+    def prompt_steps(self, n: int) -> int:
+        return len(self.prompt_chunks(n))
+
+    def prompt_extra_s(self, n: int) -> float:
+        """What a prompt adds to the n-decode steps that carry its chunks (the step's own fixed
+        cost excluded): ``Σ_chunks step(decodes + chunk) − step(decodes)``."""
+        base = self.price(self.step, self.decode_mix(n))
+        return sum(self.price(self.step, self.decode_mix(n, (c,))) - base for c in self.prompt_chunks(n))
+
+    def prefill_batch_s(self, n: int) -> float:
+        """SGLang: a prefill-only batch of n prompts (or one long prompt's chunk steps)."""
+        need, budget = self.load.prefill_tokens, self.engine.max_num_tokens
+        if need > budget and not self.engine.chunked_prefill:
+            raise UserError(f"a {need}-token prompt exceeds max_num_tokens {budget} without chunked prefill")
+        if need > budget:
+            return sum(self.price(self.step, Mix(chunks=(c,))) for c in self.chunks(budget))
+        return self.price(self.step, Mix(chunks=self.chunks(need) * n))
+
+    @property
+    def prefill_batch_max(self) -> int:
+        return max(1, self.engine.max_num_tokens // self.load.prefill_tokens)
+
+
+def _lerp(fn, x: float) -> float:
+    """``fn`` at a fractional count: linear between the integer neighbours."""
+    lo = math.floor(x)
+    y = fn(lo)
+    return y if x == lo else y + (x - lo) * (fn(lo + 1) - y)
+
+
+def _state(m: _Model, r: float) -> _State:
+    """The mean step at ``r`` prompts per step. Mixed: ``τ = step(d) + r · ΔP(d)`` and a prompt's
+    ``m`` chunk steps carry ``max(1, m r)`` prompts' prefill; SGLang: prefill batches of
+    ``b = clamp(r, 1, q)`` prompts, ``τ = step(d) + (r / b) · P(b)``. A decoding sequence sees at
+    least itself: steps are priced at ``max(d, 1)`` decodes."""
+    d = r * (m.load.osl - 1) / m.e
+    n = max(d, 1.0)
+    f = _lerp(lambda i: m.at(m.decode_s, i), n)
+    if m.engine.policy == "sglang":
+        b = min(max(r, 1.0), m.prefill_batch_max)
+        p = _lerp(lambda i: m.at(m.prefill_batch_s, i), b)
+        return _State(r, d, f + r / b * p, p)
+    extra = _lerp(lambda i: m.at(m.prompt_extra_s, i), n)
+    steps = _lerp(lambda i: m.at(m.prompt_steps, i), n)
+    return _State(r, d, f + r * extra, steps * f + extra * max(1.0, steps * r))
+
+
+def _r_budget(m: _Model) -> float:
+    """Mixed steps: the prompt rate whose mean step fills the token budget,
+    ``d (1 + k) + r · prefill = max_num_tokens`` with ``d = r (osl − 1) / E``."""
+    if m.engine.policy == "sglang":
+        return math.inf
+    per_r = (m.load.osl - 1) / m.e * (1 + m.engine.spec_k) + m.load.prefill_tokens
+    return m.engine.max_num_tokens / per_r
+
+
+def _engine_state(m: _Model, cap: float) -> _State:
+    """The steady state holding ``cap`` sequences in the engine: the root of
+    ``inflight(r) = cap`` (Brent's method, scipy.optimize.brentq; ``inflight`` rises with r),
+    or the token-budget-bound state when the budget fills first."""
+    r_hi = min(cap * m.e / (m.load.osl - 1), _r_budget(m))
+    top = _state(m, r_hi)
+    if top.inflight <= cap:
+        return top
+    r = brentq(lambda x: _state(m, x).inflight - cap, 0.0, r_hi, xtol=_XTOL, rtol=_RTOL)
+    return _state(m, r)
+
+
+def _flat(x: float) -> Summary:
+    return Summary(x, x, x, x)
+
+
+def _result(m: _Model, st: _State, ttft: Summary, x: float, notes: tuple[str, ...],
+            goodput: float | None) -> ServingResult:
+    tpot = st.tau_s / m.e
+    tail = (m.load.osl - 1) * tpot
+    e2e = Summary(ttft.mean + tail, ttft.p50 + tail, ttft.p90 + tail, ttft.p99 + tail)
+    per = m.load.isl + m.load.osl
+    return ServingResult(
+        tier="closed form", ttft_s=ttft, tpot_s=_flat(tpot), itl_s=_flat(tpot), e2e_s=e2e,
+        output_tokens_per_s=x * m.load.osl, output_tokens_per_s_per_device=x * m.load.osl / m.engine.devices,
+        output_tokens_per_s_per_user=1.0 / tpot, requests_per_s=x, devices=m.engine.devices,
+        kv_capacity_tokens=m.engine.kv_capacity_tokens,
+        kv_peak_tokens=min(m.engine.kv_capacity_tokens, math.ceil(st.inflight * per)),
+        preemptions=0, requests=0, goodput_requests_per_s=goodput, mean_batch=st.inflight,
+        notes=_NOTES + notes)
+
+
+_NOTES = (
+    "closed form: mean field at fixed lengths; no requests simulated (requests = 0)",
+    "TPOT, ITL: every gap priced at the mean step (prefill work spread evenly); p50 = p90 = p99 = mean",
+    "ITL: per verify step divided by E under speculative decoding",
+)
+
+
+def _meets(slo: SLO | None, ttft: float, tpot: float, e2e: float) -> bool:
+    bounds = ((slo.ttft_s, ttft), (slo.tpot_s, tpot), (slo.e2e_s, e2e)) if slo else ()
+    return all(b is None or v <= b for b, v in bounds)
+
+
+def closed_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: StepCost | None = None,
+                slo: SLO | None = None) -> ServingResult:
+    """``C = load.concurrency`` clients, each sending its next request when the last completes.
+    The engine holds ``B = min(C, B_max)`` (or fewer when the token budget fills first); the
+    other ``C − B`` wait, ``W = (C − B) / X`` by Little's law on the queue. Throughput is stated
+    by the closed-loop identity ``X = C / (TTFT + (osl − 1) · TPOT)``, exact by construction."""
+    if load.concurrency is None:
+        raise UserError("a closed loop needs a concurrency")
+    m = _Model(step, engine, load, draft)
+    st = _engine_state(m, min(load.concurrency, m.cap))
+    wait = max(load.concurrency - st.inflight, 0.0) / st.x
+    ttft, tpot = wait + st.ttft_s, st.tau_s / m.e
+    x = load.concurrency / (ttft + (load.osl - 1) * tpot)
+    good = x if _meets(slo, ttft, tpot, ttft + (load.osl - 1) * tpot) else 0.0
+    notes = (f"closed loop C = {load.concurrency}: {st.inflight:.4g} in the engine, admission wait {wait:.4g} s",
+             "TTFT: deterministic in the closed loop; p50 = p90 = p99 = mean")
+    return _result(m, st, _flat(ttft), x, notes, good if slo else None)
+
+
+def max_load(step: StepCost, engine: EngineConfig, load: Workload, *,
+             draft: StepCost | None = None) -> ServingResult:
+    """The saturated throughput trtllm-bench and vLLM's offline throughput benchmark measure (all
+    requests queued at t = 0): the closed loop at ``C = B_max``, the batch filled to
+    ``min(max_batch, KV capacity)``; any larger C gives the same throughput and a longer TTFT."""
+    cap = _Model(step, engine, load).cap
+    r = closed_loop(step, engine, replace(load, concurrency=cap, rate_per_s=None), draft=draft)
+    return replace(r, notes=r.notes + ("max load: latencies of the closed loop at C = B_max",))
+
+
+def open_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: StepCost | None = None,
+              slo: SLO | None = None) -> ServingResult:
+    """Poisson arrivals at ``λ = load.rate_per_s``. Stable only below the saturated throughput
+    ``X_sat`` (:func:`max_load`); at or above it the result is ``stable=False`` with no latencies
+    and ``sustainable_rate = X_sat``. Below it the mean field solves ``X(r) = λ`` (equivalently
+    ``N = λ · E2E``, Little) and TTFT adds to the prompt's own steps half a mean step (an arrival
+    joins at the next step boundary) and the admission queue's wait, the engine taken as one
+    server of capacity ``X_sat`` with deterministic service: Pollaczek–Khinchine for M/D/1,
+    ``W = ρ / (2 X_sat (1 − ρ))``, ``ρ = λ / X_sat`` (Kleinrock 1975, Queueing Systems I, §5.6)."""
+    if load.rate_per_s is None:
+        raise UserError("an open loop needs a rate")
+    m = _Model(step, engine, load, draft)
+    sat = _engine_state(m, m.cap)
+    lam = load.rate_per_s
+    if lam >= sat.x:
+        return _unstable(m, sat, lam)
+    st = _state(m, brentq(lambda r: _state(m, r).x - lam, 0.0, sat.r, xtol=_XTOL, rtol=_RTOL))
+    rho = lam / sat.x
+    wait, base, tpot = md1_wait(rho, sat.x), st.ttft_s + st.tau_s / 2.0, st.tau_s / m.e
+    good = None
+    if slo is not None:
+        bounds = ((slo.ttft_s, base), (slo.e2e_s, base + (load.osl - 1) * tpot))
+        slack = min((b - v for b, v in bounds if b is not None), default=math.inf)
+        good = lam * share_within(slack, wait, rho) if _meets(SLO(tpot_s=slo.tpot_s), 0, tpot, 0) else 0.0
+    notes = (f"open loop λ = {lam:.6g}/s at utilisation ρ = {rho:.4g} of X_sat = {sat.x:.6g}/s",
+             "TTFT: prompt steps + half a step + M/D/1 wait; percentiles from the wait's exponential tail")
+    return _result(m, st, wait_tail(base, wait, rho), lam, notes, good)
+
+
+def _unstable(m: _Model, sat: _State, lam: float) -> ServingResult:
+    """An offered rate at or above ``X_sat``: the queue grows without bound, no finite latency."""
+    return ServingResult(
+        tier="closed form", ttft_s=None, tpot_s=None, itl_s=None, e2e_s=None,
+        output_tokens_per_s=sat.x * m.load.osl, output_tokens_per_s_per_device=sat.x * m.load.osl / m.engine.devices,
+        output_tokens_per_s_per_user=m.e / sat.tau_s, requests_per_s=sat.x, devices=m.engine.devices,
+        kv_capacity_tokens=m.engine.kv_capacity_tokens,
+        kv_peak_tokens=min(m.engine.kv_capacity_tokens, math.ceil(sat.inflight * (m.load.isl + m.load.osl))),
+        preemptions=0, requests=0, stable=False, sustainable_rate=sat.x, mean_batch=sat.inflight,
+        notes=_NOTES + (f"unstable: λ = {lam:.6g}/s ≥ sustainable {sat.x:.6g}/s; throughput is the saturated one",))
+
+
+def solve(step: StepCost, engine: EngineConfig, load: Workload, *, draft: StepCost | None = None,
+          slo: SLO | None = None) -> ServingResult:
+    """The load the workload names: a closed loop (concurrency), an open loop (rate) or max load."""
+    if load.concurrency is not None:
+        return closed_loop(step, engine, load, draft=draft, slo=slo)
+    if load.rate_per_s is not None:
+        return open_loop(step, engine, load, draft=draft, slo=slo)
+    return max_load(step, engine, load, draft=draft)

@@ -1,0 +1,169 @@
+"""The closed form (mean field) of serving: docs/design/serving-closed-form.md's worked example,
+the closed-loop identity, monotonicity, overload, speculative decoding, prefix hits and the
+disaggregated split."""
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfcast.ir import UserError
+from perfcast.serving.meanfield import (
+    EngineConfig, Workload, closed_loop, expected_tokens_per_step, max_load, open_loop, solve,
+)
+from perfcast.serving.meanfield_disagg import Pool, choose_ratio, disaggregated, sustainable_rate
+from perfcast.serving.types import SLO, AffineStep
+
+REL = 1e-9  # Brent's method is run to xtol 1e-14 on the prompt rate; figures agree to 1e-9
+
+STEP = AffineStep(fixed_s=0.00925, per_token_s=1e-4)
+ENGINE = EngineConfig(policy="vllm", max_batch=8)
+
+
+def test_worked_example_closed_loop():
+    """docs/design/serving-closed-form.md: isl 200, osl 31, step 9.25 ms + 0.1 ms/token, 8 slots.
+    At C = 8 the root is r = 0.25 prompts per step: d = 0.25 · 30 = 7.5 decodes,
+    τ = 9.25 + 0.1 · 7.5 + 0.25 · (0.1 · 200) = 10 + 5 = 15 ms = TPOT,
+    TTFT = 10 + 20 = 30 ms (one step carrying the whole prompt), X = 0.25 / 0.015 = 50/3 req/s,
+    in flight d + X · TTFT = 7.5 + 0.5 = 8 = C, and the identity 8 / (0.030 + 30 · 0.015) = 8 / 0.48."""
+    r = closed_loop(STEP, ENGINE, Workload(200, 31, concurrency=8))
+    assert r.tpot_s.mean == pytest.approx(0.015, rel=REL)
+    assert r.ttft_s.mean == pytest.approx(0.030, rel=REL)
+    assert r.e2e_s.mean == pytest.approx(0.48, rel=REL)
+    assert r.requests_per_s == pytest.approx(50 / 3, rel=REL)
+    assert r.output_tokens_per_s == pytest.approx(50 / 3 * 31, rel=REL)   # 516.67 tokens/s
+    assert r.mean_batch == pytest.approx(8.0, rel=REL)
+
+
+def test_worked_example_queued_clients():
+    """C = 12 > 8 slots: the engine state is C = 8's; the other 4 wait W = 4 / (50/3) = 0.24 s,
+    TTFT = 0.24 + 0.03 = 0.27 s, X = 12 / (0.27 + 30 · 0.015) = 12 / 0.72 = 50/3 req/s."""
+    r = closed_loop(STEP, ENGINE, Workload(200, 31, concurrency=12))
+    assert r.ttft_s.mean == pytest.approx(0.27, rel=REL)
+    assert r.requests_per_s == pytest.approx(50 / 3, rel=REL)
+    assert max_load(STEP, ENGINE, Workload(200, 31)).requests_per_s == pytest.approx(50 / 3, rel=REL)
+
+
+engines = st.builds(
+    EngineConfig, policy=st.sampled_from(["vllm", "sglang", "trtllm"]), max_batch=st.integers(1, 512),
+    max_num_tokens=st.integers(4096, 16384), chunked_prefill=st.booleans(),
+    kv_capacity_tokens=st.integers(10_000, 2_000_000), spec_k=st.just(0))
+steps = st.builds(AffineStep, fixed_s=st.floats(1e-4, 0.05), per_token_s=st.floats(1e-7, 1e-3),
+                  per_context_s=st.floats(0.0, 1e-7))
+
+
+@given(engines, steps, st.integers(1, 4000), st.integers(2, 2000), st.integers(1, 1024), st.floats(0.0, 1.0))
+def test_closed_loop_identity(engine, step, isl, osl, c, hit):
+    """X = C / (TTFT + (osl − 1) TPOT) exactly, and X · E2E = C (Little) to rounding."""
+    if isl + osl > engine.kv_capacity_tokens:
+        engine = replace(engine, kv_capacity_tokens=isl + osl)
+    r = closed_loop(step, engine, Workload(isl, osl, concurrency=c, prefix_hit_rate=hit))
+    assert r.requests_per_s == c / (r.ttft_s.mean + (osl - 1) * r.tpot_s.mean)
+    assert r.requests_per_s * r.e2e_s.mean == pytest.approx(c, rel=1e-12)
+    assert 0.0 < r.mean_batch <= min(c, engine.max_batch) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "trtllm"])
+def test_more_clients_more_throughput_until_saturation(policy):
+    """Throughput rises with C until the 32 slots fill, then stays; TTFT never falls."""
+    engine = EngineConfig(policy=policy, max_batch=32)
+    step = AffineStep(0.008, 5e-5, 1e-8)
+    runs = [closed_loop(step, engine, Workload(1000, 200, concurrency=c)) for c in range(1, 65)]
+    x = [r.requests_per_s for r in runs]
+    assert all(b > a for a, b in zip(x[:31], x[1:32]))
+    assert all(b == pytest.approx(x[31], rel=REL) for b in x[32:])
+    assert all(b.ttft_s.mean >= a.ttft_s.mean * (1 - 1e-12) for a, b in zip(runs, runs[1:]))
+
+
+def test_overload_is_unstable_with_the_sustainable_rate():
+    sat = max_load(STEP, ENGINE, Workload(200, 31)).requests_per_s
+    over = open_loop(STEP, ENGINE, Workload(200, 31, rate_per_s=sat * 1.01))
+    assert not over.stable and over.ttft_s is None and over.tpot_s is None and over.e2e_s is None
+    assert over.sustainable_rate == pytest.approx(sat, rel=REL)
+    at = open_loop(STEP, ENGINE, Workload(200, 31, rate_per_s=sat))
+    assert not at.stable and at.ttft_s is None
+    under = open_loop(STEP, ENGINE, Workload(200, 31, rate_per_s=sat * 0.99))
+    assert under.stable and math.isfinite(under.ttft_s.p99) and under.requests_per_s == sat * 0.99
+
+
+def test_open_loop_latency_rises_with_rate():
+    runs = [open_loop(STEP, ENGINE, Workload(200, 31, rate_per_s=lam)) for lam in (1, 4, 8, 12, 16)]
+    ttft = [r.ttft_s.mean for r in runs]
+    assert ttft == sorted(ttft) and ttft[-1] > 10 * ttft[0]
+    assert all(r.ttft_s.p50 <= r.ttft_s.p90 <= r.ttft_s.p99 for r in runs)
+
+
+def test_speculative_tokens_per_step():
+    # E = 1 + 0.8 + 0.8·0.5 = 2.2
+    assert expected_tokens_per_step((0.8, 0.5)) == pytest.approx(2.2, rel=1e-15)
+    assert expected_tokens_per_step(()) == 1.0
+
+
+def test_speculative_tpot_is_step_over_e():
+    """A step of 20 ms whatever it holds, and a draft forward of 1 ms: a verify step with k = 2
+    costs 20 + 2 · 1 = 22 ms, and TPOT = 22 / 2.2 = 10 ms."""
+    engine = EngineConfig(max_batch=16, spec_k=2, acceptance=(0.8, 0.5))
+    r = closed_loop(AffineStep(0.02, 0.0), engine, Workload(100, 50, concurrency=4), draft=AffineStep(0.001, 0.0))
+    assert r.tpot_s.mean == pytest.approx(0.010, rel=REL)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "trtllm"])
+def test_prefix_hits_lower_ttft(policy):
+    engine = EngineConfig(policy=policy, max_batch=64)
+    step = AffineStep(0.008, 5e-5, 1e-8)
+    for load in (Workload(4000, 200, concurrency=16), Workload(4000, 200, rate_per_s=2.0)):
+        cold, warm = solve(step, engine, load), solve(step, engine, replace(load, prefix_hit_rate=0.5))
+        assert warm.ttft_s.mean < cold.ttft_s.mean
+        assert warm.requests_per_s >= cold.requests_per_s
+
+
+def test_sglang_decodes_stall_for_prefill():
+    """Same step, same load: SGLang's prefill batches run alone, so its TPOT carries whole
+    prompts where vLLM's mixed steps share the step's fixed cost."""
+    load = Workload(200, 31, concurrency=8)
+    assert closed_loop(STEP, replace(ENGINE, policy="sglang"), load).tpot_s.mean > closed_loop(STEP, ENGINE, load).tpot_s.mean
+
+
+PREFILL = Pool(AffineStep(0.0, 1e-4), EngineConfig(max_num_tokens=1000))
+DECODE = Pool(AffineStep(0.02, 0.0), EngineConfig(max_batch=10))
+
+
+def test_disaggregated_ratio_hand_checked():
+    """isl 1000, osl 201. A prefill instance takes one 1000-token prompt per step: 0.1 s, 10
+    req/s. A decode instance holds 10 sequences at 20 ms a step, 200 steps a request: 10 / 4 s
+    = 2.5 req/s. Of 5 instances, x prefill: min(10 x, 2.5 (5 − x)) = 10, 7.5, 5, 2.5 req/s;
+    the best is 1P4D, 10 · 201 / 5 = 402 output tokens/s per device."""
+    best, splits = choose_ratio(5, PREFILL, DECODE, Workload(1000, 201), kv_transfer_s=0.01)
+    assert [s.rate_per_s for s in splits] == pytest.approx([10.0, 7.5, 5.0, 2.5], rel=REL)
+    assert (best.prefill_instances, best.decode_instances) == (1, 4)
+    assert best.output_tokens_per_s_per_device == pytest.approx(402.0, rel=REL)
+
+
+def test_disaggregated_point_and_slo():
+    """At 5 req/s on 1P4D: TTFT = prefill wait 0.5 / (2 · 10 · 0.5) = 0.05 s + prefill 0.1 s +
+    transfer 0.01 s + the decode-slot wait; TPOT = 20 ms. An SLO binds below the sustainable rate."""
+    pre, dec = replace(PREFILL, instances=1), replace(DECODE, instances=4)
+    r = disaggregated(pre, dec, Workload(1000, 201, rate_per_s=5.0), 0.01)
+    assert r.tpot_s.mean == pytest.approx(0.02, rel=REL)
+    assert 0.16 < r.ttft_s.mean < 0.2 and r.devices == 5
+    over = disaggregated(pre, dec, Workload(1000, 201, rate_per_s=10.0), 0.01)
+    assert not over.stable and over.ttft_s is None and over.sustainable_rate == pytest.approx(10.0)
+    best, _ = choose_ratio(5, PREFILL, DECODE, Workload(1000, 201), 0.01, slo=SLO(ttft_s=0.3))
+    assert 0 < best.rate_per_s < sustainable_rate(pre, dec, Workload(1000, 201))
+    at = disaggregated(pre, dec, Workload(1000, 201, rate_per_s=best.rate_per_s), 0.01)
+    assert at.ttft_s.mean == pytest.approx(0.3, rel=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: EngineConfig(policy="orca"),
+    lambda: EngineConfig(spec_k=2, acceptance=(0.5,)),
+    lambda: Workload(100, 1),
+    lambda: Workload(100, 10, concurrency=2, rate_per_s=1.0),
+    lambda: closed_loop(STEP, EngineConfig(kv_capacity_tokens=100), Workload(100, 10, concurrency=1)),
+    lambda: closed_loop(STEP, EngineConfig(max_num_tokens=64, chunked_prefill=False), Workload(100, 10, concurrency=1)),
+])
+def test_user_errors(make):
+    with pytest.raises(UserError):
+        make()
