@@ -156,6 +156,10 @@ class Case:
     notes: tuple[str, ...] = ()
     dtype: str = "bf16"
     kv_dtype: str | None = None
+    benchmark: str = "gap-analysis"     # which client measured it (:func:`benchmark_of`)
+    prefill_layout: Layout | None = None  # disaggregated: the prefill workers' layout, as stated
+    prefill_workers: int | None = None
+    decode_workers: int | None = None
 
     @property
     def num_queries(self) -> int:
@@ -247,9 +251,11 @@ ONE_DECODE_WORKER = ("disagg: decode_batch_size and decode_num_workers not state
                      "holds all concurrent requests (an upper bound on its batch)")
 
 
-def _layout(row: dict, cfg: dict, disagg: bool) -> tuple[Layout | None, int, str | None, tuple[str, ...]]:
-    """(layout, batch per attention-DP rank, refusal reason, assumptions) of the step's workers."""
-    pre = "decode_" if disagg else ""
+def _layout(row: dict, cfg: dict, disagg: bool, pre: str | None = None
+            ) -> tuple[Layout | None, int, str | None, tuple[str, ...]]:
+    """(layout, batch per attention-DP rank, refusal reason, assumptions) of the step's workers
+    (``pre``: the columns' prefix, default the decode workers' of a disaggregated row)."""
+    pre = ("decode_" if disagg else "") if pre is None else pre
     batch = _int(row, f"{pre}batch_size")
     tp = _int(row, f"{pre}tp_size")
     assumed: tuple[str, ...] = ()
@@ -321,6 +327,12 @@ def map_row(row: dict) -> Case:
         return replace(base, reason=why)
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
+    base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
+    if base.mode == "disagg":
+        pre_layout, _, why_p, _ = _layout(row, catalog_model(base.model).data, True, "prefill_")
+        base = replace(base, prefill_layout=None if why_p else pre_layout,
+                       prefill_workers=_int(row, "prefill_num_workers", default=None, zero_is_unset=True),
+                       decode_workers=_int(row, "decode_num_workers", default=None, zero_is_unset=True))
     from perfcast.inference.steps import case_request
 
     try:
