@@ -231,6 +231,72 @@ class CalibrationRef(_Strict):
     reason: Text
 
 
+class CountSetting(_Strict):
+    """A count or token limit the engine uses by default (``null``: none of its own; the engine
+    derives it from memory), with where the engine sets it."""
+
+    value: PositiveInt | None
+    sources: Sources
+
+
+class FlagSetting(_Strict):
+    value: Annotated[bool, Field(strict=True)]
+    sources: Sources
+
+
+class FractionSetting(_Strict):
+    value: Annotated[float, Field(gt=0, le=1)]
+    sources: Sources
+
+
+class ChoiceSetting(_Strict):
+    value: Literal["recompute", "retract", "never", "on_demand", "reserve_ratio", "reserve_full"]
+    sources: Sources
+
+
+class TokenRatio(_Strict):
+    """SGLang's estimate of the share of a running request's remaining output it will still
+    generate, used to admit new requests: starts at ``init``, decays per decode step to
+    ``init · min_factor`` over ``decay_steps`` steps, back to ``init`` on a retraction."""
+
+    init: Annotated[float, Field(gt=0, le=1)]
+    min_factor: Annotated[float, Field(gt=0, le=1)]
+    decay_steps: PositiveInt
+    sources: Sources
+
+
+class SchedulerSection(_Strict):
+    """The engine's batching loop (``policy``: whose ``schedule`` the simulation runs) and its
+    defaults, each with the engine code path that sets it."""
+
+    policy: Literal["vllm", "sglang", "trtllm"]
+    policy_sources: Sources
+    max_num_seqs: CountSetting
+    max_num_tokens: CountSetting
+    chunked_prefill: FlagSetting
+    mixed_chunk: FlagSetting
+    block_size_tokens: CountSetting
+    memory_fraction: FractionSetting
+    preemption: ChoiceSetting
+    admission: ChoiceSetting
+    max_prefill_tokens: CountSetting | None = None
+    new_token_ratio: TokenRatio | None = None
+
+    @model_validator(mode="after")
+    def _choices(self):
+        if self.preemption.value not in ("recompute", "retract", "never"):
+            raise ValueError("@preemption.value: expected recompute, retract or never")
+        if self.admission.value not in ("on_demand", "reserve_ratio", "reserve_full"):
+            raise ValueError("@admission.value: expected on_demand, reserve_ratio or reserve_full")
+        if self.block_size_tokens.value is None:
+            raise ValueError("@block_size_tokens.value: the KV block size is a number")
+        if self.max_num_tokens.value is None:
+            raise ValueError("@max_num_tokens.value: the step token budget is a number")
+        if self.admission.value == "reserve_ratio" and self.new_token_ratio is None:
+            raise ValueError("@new_token_ratio: reserve_ratio admission needs the ratio")
+        return self
+
+
 class EngineProfile(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9-]*$")]
     description: Text
@@ -242,6 +308,7 @@ class EngineProfile(_Strict):
     launch: Launch
     rules: list[Rule] = Field(default_factory=list)
     leftover: Leftover
+    scheduler: SchedulerSection | None = None
 
     @model_validator(mode="after")
     def _host_figures(self):

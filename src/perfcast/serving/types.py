@@ -143,3 +143,5 @@ class ServingResult:
     sustainable_rate: float | None = None
     mean_batch: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    steps: int | None = None                       # engine steps simulated (simulation tier)
+    decode_tokens_per_step: float | None = None    # tokens a decoding sequence emits per step (> 1: speculative)

@@ -1,0 +1,95 @@
+"""An engine's batching loop as data: which scheduler runs, and its limits.
+
+The defaults come from the engine profile's ``scheduler:`` section
+(``perfcast/engines/profiles/{vllm,sglang,trtllm}.yaml``), where every value cites the engine code
+path that sets it; a user's flags override them. :mod:`.policies` runs the named loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from perfcast.engines.spec import EngineProfile, get_engine
+from perfcast.inputs import checked_number
+from perfcast.ir.errors import UserError
+
+from .types import KVCache
+
+#: the clip SGLang applies to a request's max_new_tokens when it reserves room for its output
+#: (python/sglang/srt/managers/schedule_policy.py CLIP_MAX_NEW_TOKENS, default 4096)
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """One engine instance's scheduler. ``policy`` names the loop (vLLM v1: one token budget,
+    decodes and prefill chunks in one step; SGLang: a prefill batch runs alone unless
+    ``mixed_chunk``; TRT-LLM: context and generation in one step, admission only with the whole
+    sequence's blocks reserved). ``max_num_seqs`` None: bounded by the KV cache only."""
+
+    policy: str
+    max_num_seqs: int | None
+    max_num_tokens: int
+    chunked_prefill: bool
+    mixed_chunk: bool
+    block_size: int
+    memory_fraction: float
+    preemption: str                  # "recompute" | "retract" | "never"
+    admission: str                   # "on_demand" | "reserve_ratio" | "reserve_full"
+    max_prefill_tokens: int | None = None
+    new_token_ratio: tuple[float, float, int] | None = None  # (init, min_factor, decay_steps)
+    engine: str = ""
+
+    def __post_init__(self):
+        if self.policy not in ("vllm", "sglang", "trtllm"):
+            raise UserError(f"scheduler policy: expected vllm, sglang or trtllm, got {self.policy!r}")
+        for name in ("max_num_tokens", "block_size"):
+            checked_number(getattr(self, name), f"scheduler {name}", integer=True, positive=True)
+        if self.max_num_seqs is not None:
+            checked_number(self.max_num_seqs, "--max-batch-size", integer=True, positive=True)
+
+    def kv_cache(self, capacity_tokens: int, bytes_per_token: int = 0) -> KVCache:
+        """A KV cache of at most ``capacity_tokens`` in this engine's blocks (rounded down to whole
+        blocks, as the engines allocate whole blocks)."""
+        blocks = int(capacity_tokens) // self.block_size
+        if blocks < 1:
+            raise UserError(f"--kv-capacity: {capacity_tokens} tokens is less than one {self.block_size}-token block")
+        return KVCache(blocks * self.block_size, self.block_size, bytes_per_token)
+
+
+def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None = None,
+                     max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
+                     mixed_chunk: bool | None = None) -> SchedulerConfig:
+    """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
+    overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off and
+    (SGLang) mixed chunk."""
+    prof = get_engine(engine) if isinstance(engine, str) else engine
+    s = prof.scheduler
+    if s is None:
+        raise UserError(f"engine {prof.name!r}: its profile has no 'scheduler' section; serving needs one "
+                        f"(engines with one: vllm, sglang, trtllm)")
+    ratio = s.new_token_ratio
+    cfg = SchedulerConfig(
+        policy=s.policy, max_num_seqs=s.max_num_seqs.value, max_num_tokens=s.max_num_tokens.value,
+        chunked_prefill=s.chunked_prefill.value, mixed_chunk=s.mixed_chunk.value,
+        block_size=s.block_size_tokens.value, memory_fraction=s.memory_fraction.value,
+        preemption=s.preemption.value, admission=s.admission.value,
+        max_prefill_tokens=s.max_prefill_tokens.value if s.max_prefill_tokens else None,
+        new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name)
+    return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+                          chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk)
+
+
+def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
+                   chunked_prefill: bool | None = None, mixed_chunk: bool | None = None) -> SchedulerConfig:
+    """``cfg`` with the user's flags applied (None keeps the engine's value)."""
+    changes = {}
+    if max_batch_size is not None:
+        changes["max_num_seqs"] = checked_number(max_batch_size, "--max-batch-size", integer=True, positive=True)
+    if max_num_tokens is not None:
+        changes["max_num_tokens"] = checked_number(max_num_tokens, "--max-num-tokens", integer=True, positive=True)
+    if chunked_prefill is not None:
+        changes["chunked_prefill"] = bool(chunked_prefill)
+    if mixed_chunk is not None:
+        changes["mixed_chunk"] = bool(mixed_chunk)
+    return replace(cfg, **changes)

@@ -1,0 +1,393 @@
+"""The discrete-event serving simulation, one engine step at a time.
+
+Each step the engine's scheduler (:mod:`.policies`) picks the requests to run and their token
+counts; they form a :class:`~.types.Mix`; time advances by ``step.step_s(mix)`` (plus the draft
+model's cost under speculative decoding); tokens are emitted at the step's end. A request's first
+token comes at the end of the step that completes its prefill (vLLM and TRT-LLM sample a token at
+the end of the last prefill chunk). Runs of pure-decode steps in which nothing can change — no
+request waiting, none finishing, no arrival, the KV blocks at hand — are advanced without
+revisiting the scheduler, with one step price per step (memoised by batch and context).
+
+Open-loop overload: when the offered rate exceeds what the deployment sustains the waiting queue
+grows without bound; the run is then reported ``stable=False`` with no latencies and
+``sustainable_rate`` the completion rate measured at saturation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfcast.ir.errors import UserError
+
+from .kvcache import BlockPool
+from .metrics import goodput, per_user_tokens_per_s, request_metrics, summarize, weighted_summary
+from .policies import SCHEDULERS, Engine
+from .scheduler import SchedulerConfig
+from .simtrace import SimTrace
+from .types import SLO, Chunk, KVCache, Mix, ServingResult, StepCost
+from .workload import Requests, Workload, generate
+
+#: an open-loop run is overloaded when requests still wait at the last arrival (at least this
+#: share of the counted ones, and at least 16) and the queueing delay of the last quarter of requests is more
+#: than twice that of the first quarter (the queue kept growing over the run)
+OVERLOAD_QUEUE_SHARE = 0.05
+OVERLOAD_MIN_QUEUE = 16
+OVERLOAD_GROWTH = 2.0
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding: ``k`` draft tokens verified per decode step; ``acceptance[i]`` the
+    probability that draft position ``i`` is accepted given positions ``0..i−1`` were. The draft
+    cost per step is ``k`` sequential ``draft_step`` decode steps, or (MTP, ``draft_step`` None)
+    ``k`` extra passes each costing ``draft_fraction`` of the target's decode-only step."""
+
+    k: int
+    acceptance: tuple[float, ...]
+    draft_step: StepCost | None = None
+    draft_fraction: float = 0.0
+
+    def __post_init__(self):
+        if not (isinstance(self.k, int) and self.k >= 1):
+            raise UserError(f"--speculative-k: expected a positive integer, got {self.k!r}")
+        if len(self.acceptance) != self.k or not all(0.0 <= a <= 1.0 for a in self.acceptance):
+            raise UserError(f"--acceptance: expected {self.k} probabilities in 0..1 (one per draft position)")
+        if self.draft_step is None and not 0.0 <= self.draft_fraction <= 1.0:
+            raise UserError("--draft-fraction: expected a share of the target step in 0..1")
+
+    @property
+    def expected_tokens_per_step(self) -> float:
+        """1 + Σ_i Π_{j≤i} a_j: the bonus token plus each accepted draft."""
+        return 1.0 + float(np.sum(np.cumprod(self.acceptance)))
+
+
+class _Run:
+    """Bookkeeping of one simulation: clocks per request, ITL gaps, step statistics."""
+
+    def __init__(self, reqs: Requests, trace: bool):
+        n = len(reqs.input_length)
+        self.n = n
+        self.send = np.array(reqs.arrival_s, float)
+        self.first_sched = np.full(n, np.nan)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.last = [0.0] * n
+        self.counted = [i >= reqs.warmup for i in range(n)]
+        self.itl_v: list = []
+        self.itl_w: list = []
+        self.steps = 0
+        self.seq_steps = 0
+        self.decode_emits = 0
+        self.decode_slots = 0
+        self.done = 0
+        self.trace = SimTrace() if trace else None
+
+
+def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Workload, *, devices: int = 1,
+             speculative: Speculative | None = None, slo: SLO | None = None,
+             trace: bool = False) -> tuple[ServingResult, SimTrace | None]:
+    """Serve ``workload`` on one engine instance priced by ``step``; the result counts the
+    non-warm-up requests. Deterministic for the workload's seed."""
+    reqs = generate(workload)
+    k = speculative.k if speculative else 0
+    _check_fits(reqs, kv, sched, k)
+    hb = 1
+    if reqs.hash_ids is not None:
+        if workload.hash_block_tokens % kv.block_size:
+            raise UserError(f"--hash-block-tokens: {workload.hash_block_tokens} is not a multiple of the KV block "
+                            f"size {kv.block_size}")
+        hb = workload.hash_block_tokens // kv.block_size
+    pool = BlockPool(kv, hb)
+    eng = Engine(sched, pool, reqs.input_length, reqs.output_length, reqs.hash_ids, workload.prefix_hit_rate, k,
+                 workload.hash_block_tokens)
+    run = _Run(reqs, trace)
+    rng = np.random.default_rng([workload.seed, 1])
+    queue_at_last = _loop(eng, run, step, reqs, workload, speculative, rng)
+    return _result(eng, run, reqs, workload, kv, devices, slo, queue_at_last), run.trace
+
+
+def _check_fits(reqs: Requests, kv: KVCache, sched: SchedulerConfig, k: int) -> None:
+    need = reqs.input_length + reqs.output_length + k
+    worst = int(np.argmax(need))
+    if kv.blocks_for(int(need[worst])) > kv.blocks:
+        raise UserError(f"workload: request {worst} (input_length {reqs.input_length[worst]} + output_length "
+                        f"{reqs.output_length[worst]} tokens) can never fit the KV cache of {kv.capacity_tokens} "
+                        f"tokens (--kv-capacity)")
+    if not sched.chunked_prefill and int(reqs.input_length.max()) > sched.max_num_tokens:
+        i = int(np.argmax(reqs.input_length))
+        raise UserError(f"--max-num-tokens: {sched.max_num_tokens} is less than request {i}'s input_length "
+                        f"{reqs.input_length[i]} and chunked prefill is off")
+
+
+def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, spec, rng) -> int:
+    """Step until every request has finished; returns the waiting queue's length at the last
+    arrival (open loop)."""
+    schedule = SCHEDULERS[eng.cfg.policy]
+    price = _Pricer(step, spec)
+    t, n = 0.0, run.n
+    closed = w.closed_loop
+    nxt = 0
+    queue_at_last = 0
+    if closed:
+        for i in range(min(w.concurrency, n)):
+            run.send[i] = 0.0
+            eng.waiting.append(i)
+        nxt = min(w.concurrency, n)
+    arrivals = run.send
+    while run.done < n:
+        if not closed:
+            while nxt < n and arrivals[nxt] <= t:
+                eng.waiting.append(nxt)
+                nxt += 1
+                if nxt == n:
+                    queue_at_last = len(eng.waiting)
+            if not eng.running and not eng.waiting:
+                t = float(arrivals[nxt])
+                continue
+        horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
+        if spec is None and not eng.waiting and eng.chunked is None:
+            t2 = _fast_forward(eng, run, price, t, horizon)
+            if t2 is not None:
+                t = t2
+                continue
+        planned = schedule(eng)
+        if not planned:
+            raise RuntimeError(f"serving simulation stalled at t={t:.6g}s with {len(eng.waiting)} waiting and "
+                               f"{len(eng.running)} running requests")
+        before = run.done
+        t = _execute(eng, run, planned, price, spec, rng, t)
+        if closed:  # each finished request's client sends its next one now
+            for _ in range(run.done - before):
+                if nxt < n:
+                    run.send[nxt] = t
+                    eng.waiting.append(nxt)
+                    nxt += 1
+    return queue_at_last
+
+
+class _Pricer:
+    """Step prices memoised by mix (the step cost is pure); the draft cost added per decode step."""
+
+    def __init__(self, step: StepCost, spec: Speculative | None):
+        self.step, self.spec = step, spec
+        self.memo: dict = {}
+
+    def __call__(self, mix: Mix) -> float:
+        s = self.memo.get(mix)
+        if s is None:
+            s = self.step.step_s(mix) + self._draft(mix)
+            if len(self.memo) > 1_000_000:
+                self.memo.clear()
+            self.memo[mix] = s
+        return s
+
+    def decode(self, decodes: int, context: int) -> float:
+        key = (decodes, context)
+        s = self.memo.get(key)
+        if s is None:
+            s = self.step.step_s(Mix(decodes, context))
+            if len(self.memo) > 1_000_000:
+                self.memo.clear()
+            self.memo[key] = s
+        return s
+
+    def _draft(self, mix: Mix) -> float:
+        sp = self.spec
+        if sp is None or not mix.decodes:
+            return 0.0
+        plain = Mix(mix.decodes, mix.decode_context)
+        if sp.draft_step is not None:
+            return sp.k * sp.draft_step.step_s(plain)
+        return sp.k * sp.draft_fraction * self.step.step_s(plain)
+
+
+def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: float) -> float:
+    """Run one planned step; returns the clock at its end."""
+    comp, gen, isl, osl = eng.comp, eng.gen, eng.isl, eng.osl
+    decs = [i for i, _, d in planned if d]
+    chunks = tuple(Chunk(n, comp[i]) for i, n, d in planned if not d)
+    mix = Mix(len(decs), sum(comp[i] for i in decs), chunks, eng.k if decs else 0)
+    start = t
+    t += price(mix)
+    accepted = _accepted(spec, len(decs), rng)
+    tr = run.trace
+    run.steps += 1
+    run.seq_steps += len(planned)
+    finished = []
+    j = 0
+    for i, n, dec in planned:
+        if math.isnan(run.first_sched[i]):
+            run.first_sched[i] = start
+        if dec:
+            emit = min(int(accepted[j]) + 1, osl[i] - gen[i])
+            j += 1
+            comp[i] += emit
+            run.decode_emits += emit
+            run.decode_slots += 1
+        else:
+            comp[i] += n
+            if comp[i] < isl[i] + gen[i]:
+                continue
+            emit = 1
+            if gen[i] == 0:
+                eng.publish(i)
+        if gen[i] == 0:
+            run.first[i] = t
+        elif run.counted[i]:
+            run.itl_v.append(t - run.last[i])
+            run.itl_w.append(1)
+        run.last[i] = t
+        gen[i] += emit
+        if gen[i] >= osl[i]:
+            finished.append(i)
+    if finished:
+        _finish(eng, run, finished, t)
+    if tr is not None:
+        tr.counter(t, len(planned), eng.pool.used * eng.bs)
+    return t
+
+
+def _accepted(spec: Speculative | None, decodes: int, rng) -> np.ndarray:
+    """Accepted drafts per decoding sequence: position i counts only if 0..i−1 were accepted."""
+    if spec is None or decodes == 0:
+        return np.zeros(decodes, np.int64)
+    ok = rng.random((decodes, spec.k)) < np.asarray(spec.acceptance)
+    return np.cumprod(ok, axis=1).sum(axis=1)
+
+
+def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
+    done = set(finished)
+    eng.running[:] = [i for i in eng.running if i not in done]
+    for i in finished:
+        eng.release(i)
+        run.finish[i] = t
+        run.done += 1
+        if run.trace is not None:
+            run.trace.request(i, run.send[i], run.first_sched[i], run.first[i], t)
+
+
+def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float) -> float | None:
+    """Advance a run of pure-decode steps in which no request finishes and nothing arrives;
+    None if there is no such run of at least two steps."""
+    r = eng.running
+    if not r or eng.chunked is not None:
+        return None
+    gen, comp, osl = eng.gen, eng.comp, eng.osl
+    if any(not eng.decoding(i) for i in r):
+        return None
+    b = len(r)
+    if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
+        return None
+    m = min(osl[i] - gen[i] for i in r) - 1
+    if m < 2:
+        return None
+    c = np.fromiter((comp[i] for i in r), np.int64, b)
+    held = np.fromiter((eng.held(i) for i in r), np.int64, b)
+    m = _steps_that_fit(c, held, eng.bs, eng.pool.available, m)
+    if m < 2:
+        return None
+    ctx = int(c.sum())
+    durs = []
+    t0 = t
+    for _ in range(m):
+        d = price.decode(b, ctx)
+        t += d
+        durs.append(d)
+        ctx += b
+        if t >= horizon:
+            break
+    m = len(durs)
+    counted = [i for i in r if run.counted[i]]
+    first_gap = t0 + durs[0]
+    run.itl_v.extend(first_gap - run.last[i] for i in counted)
+    run.itl_w.extend([1] * len(counted))
+    if m > 1 and counted:
+        run.itl_v.extend(durs[1:])
+        run.itl_w.extend([len(counted)] * (m - 1))
+    for i in r:
+        comp[i] += m
+        gen[i] += m
+        run.last[i] = t
+        eng.grow(i, comp[i])
+    run.steps += m
+    run.seq_steps += b * m
+    run.decode_emits += b * m
+    run.decode_slots += b * m
+    if run.trace is not None:
+        run.trace.counter(t0 + durs[0], b, eng.pool.used * eng.bs)
+        run.trace.counter(t, b, eng.pool.used * eng.bs)
+    return t
+
+
+def _steps_that_fit(c: np.ndarray, held: np.ndarray, bs: int, available: int, m: int) -> int:
+    """The most decode steps (≤ m) whose new blocks the pool can give."""
+    def need(steps: int) -> int:
+        return int(np.maximum(0, -(-(c + steps) // bs) - held).sum())
+
+    if need(m) <= available:
+        return m
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _result(eng: Engine, run: _Run, reqs: Requests, w: Workload, kv: KVCache, devices: int, slo: SLO | None,
+            queue_at_last: int) -> ServingResult:
+    sel = np.array(run.counted)
+    m = request_metrics(run.send[sel], run.first[sel], run.finish[sel], reqs.output_length[sel])
+    dur = m.duration_s
+    out_tps = float(m.output_tokens.sum() / dur) if dur > 0 else 0.0
+    rps = float(sel.sum() / dur) if dur > 0 else 0.0
+    stable, sustainable = True, None
+    if not w.closed_loop:
+        stable = not _overloaded(run, sel, queue_at_last)
+        if not stable:
+            fin = np.sort(run.finish[sel])
+            sustainable = float((fin.size - 1) / (fin[-1] - fin[0])) if fin[-1] > fin[0] else None
+    lat = stable
+    tpot = m.tpot[~np.isnan(m.tpot)]
+    notes = ["duration: first send to last completion of the counted requests"]
+    if not stable:
+        notes.append("overloaded: the waiting queue grew over the run; latencies not reported")
+    return ServingResult(
+        tier="simulation",
+        ttft_s=summarize(m.ttft) if lat else None,
+        tpot_s=summarize(tpot) if lat else None,
+        itl_s=weighted_summary(np.array(run.itl_v), np.array(run.itl_w)) if lat else None,
+        e2e_s=summarize(m.e2e) if lat else None,
+        output_tokens_per_s=out_tps,
+        output_tokens_per_s_per_device=out_tps / devices,
+        output_tokens_per_s_per_user=per_user_tokens_per_s(m) if lat else 0.0,
+        requests_per_s=rps,
+        devices=devices,
+        kv_capacity_tokens=kv.capacity_tokens,
+        kv_peak_tokens=eng.pool.peak_used * kv.block_size,
+        preemptions=eng.preemptions,
+        requests=int(sel.sum()),
+        goodput_requests_per_s=goodput(m, slo) if slo is not None and lat else None,
+        stable=stable,
+        sustainable_rate=sustainable,
+        mean_batch=run.seq_steps / run.steps if run.steps else None,
+        notes=tuple(notes),
+        steps=run.steps,
+        decode_tokens_per_step=run.decode_emits / run.decode_slots if run.decode_slots else None,
+    )
+
+
+def _overloaded(run: _Run, sel: np.ndarray, queue_at_last: int) -> bool:
+    """The queue kept growing: requests still waiting at the last arrival and the queueing
+    delay (send to first scheduled) rising from the first quarter of the run to the last."""
+    counted = int(sel.sum())
+    if queue_at_last < max(OVERLOAD_MIN_QUEUE, OVERLOAD_QUEUE_SHARE * counted):
+        return False
+    wait = (run.first_sched - run.send)[sel]
+    q = max(1, wait.size // 4)
+    return float(wait[-q:].mean()) > OVERLOAD_GROWTH * float(wait[:q].mean()) + 1e-12

@@ -1,0 +1,48 @@
+"""A simulation's timeline for Perfetto / chrome://tracing (the JSON trace event format:
+"Trace Event Format", Google, 2016 — complete events ``ph: X`` and counters ``ph: C``, times in µs).
+
+One process per engine instance; a thread per request holding its phases (queued, prefill,
+decode) as spans; counters of the step's batch size and the KV tokens in use."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+US = 1e6
+
+
+@dataclass
+class SimTrace:
+    """Events gathered during one simulation (``instance``: the engine instance's number)."""
+
+    instance: int = 0
+    spans: list = field(default_factory=list)      # (request, phase, start_s, end_s)
+    counters: list = field(default_factory=list)   # (t_s, batch, kv_tokens)
+
+    def request(self, i: int, send: float, scheduled: float, first: float, finish: float) -> None:
+        for phase, a, b in (("queued", send, scheduled), ("prefill", scheduled, first), ("decode", first, finish)):
+            if not (math.isnan(a) or math.isnan(b)) and b >= a:
+                self.spans.append((int(i), phase, float(a), float(b)))
+
+    def counter(self, t: float, batch: int, kv_tokens: int) -> None:
+        self.counters.append((float(t), int(batch), int(kv_tokens)))
+
+    def events(self) -> list[dict]:
+        pid = self.instance
+        out = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"engine {pid}"}}]
+        for i, phase, a, b in self.spans:
+            out.append({"name": phase, "cat": "request", "ph": "X", "pid": pid, "tid": i + 1,
+                        "ts": a * US, "dur": (b - a) * US, "args": {"request": i}})
+        for t, batch, kv in self.counters:
+            out.append({"name": "batch", "ph": "C", "pid": pid, "ts": t * US, "args": {"sequences": batch}})
+            out.append({"name": "kv", "ph": "C", "pid": pid, "ts": t * US, "args": {"tokens": kv}})
+        return out
+
+    def to_chrome(self, path: str | Path) -> Path:
+        """Write the trace as JSON (``{"traceEvents": [...]}``) that Perfetto opens."""
+        p = Path(path)
+        p.write_text(json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ms"}))
+        return p
