@@ -1,0 +1,84 @@
+"""A measured serving run replayed through ``perfcast serve``: its deployment, its benchmark
+client's workload, the TTFT and TPOT the simulation predicts.
+
+The workload is the client's, as far as the row says who measured it
+(:func:`perfcast.inference.silicon.benchmark_of`):
+
+- **InferenceX** rows: vLLM's ``benchmark_serving.py`` as InferenceMAX runs it — ``--dataset-name
+  random --random-range-ratio 0.8 --num-prompts CONC*10 --max-concurrency CONC --request-rate inf
+  --ignore-eos`` (InferenceMAX ``benchmarks/*_slurm.sh``); its random dataset draws each input
+  and output length uniformly from ``[int(L·0.8), L]`` (``sample_random_requests``:
+  ``np.random.randint(int(input_len * range_ratio), input_len + 1)``), every request counted
+  (no warm-up), the mean TTFT and TPOT reported.
+- **gap-analysis** rows (aiconfigurator's own collections): the client is not stated; perfcast
+  assumes the same client with fixed lengths (the row's ``isl`` / ``osl``) and says so.
+
+The engine is the row's backend with its documented defaults; the row's batch size is the
+engine's maximum batch (InferenceMAX launches ``--max-num-seqs $CONC``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.hardware.spec import SpecError
+from perfcast.inference.silicon import Case
+from perfcast.ir import UserError
+from perfcast.serving.serve import ServeSpec, serve
+from perfcast.serving.step import Deployment
+from perfcast.serving.workload import Lengths, Workload
+
+#: InferenceMAX's ``RANDOM_RANGE_RATIO``.
+RANGE_RATIO = 0.8
+#: ``--num-prompts $(( $CONC * 10 ))``.
+PROMPTS_PER_CLIENT = 10
+ASSUMED_CLIENT = ("gap-analysis row: the benchmark client is not stated; replayed as benchmark_serving with "
+                  "fixed lengths, 10 × concurrency requests, none excluded")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One row's serving prediction (ms), or why there is none."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    reason: str | None = None
+    assumed: tuple[str, ...] = ()
+
+
+def workload_of(case: Case, seed: int = 0) -> tuple[Workload, tuple[str, ...]]:
+    c = case.concurrency
+    if case.benchmark == "inferencex":
+        isl = Lengths("uniform", int(case.isl * RANGE_RATIO), case.isl)
+        osl = Lengths("uniform", max(2, int(case.osl * RANGE_RATIO)), case.osl)
+        assumed: tuple[str, ...] = ()
+    else:
+        isl, osl = Lengths("fixed", case.isl), Lengths("fixed", case.osl)
+        assumed = (ASSUMED_CLIENT,)
+    return Workload(isl, osl, num_requests=PROMPTS_PER_CLIENT * c, concurrency=c, warmup=0, seed=seed), assumed
+
+
+def deployment_of(case: Case, performance_model: str = "analytic") -> Deployment:
+    return Deployment(model=case.model, device=case.device, engine=case.engine, layout=case.layout,
+                      dtype=case.dtype, quantize=case.quantize, kv_dtype=case.kv_dtype,
+                      performance_model=performance_model)
+
+
+def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Replay:
+    """The aggregated row ``case`` served by the event simulation."""
+    if not case.predictable:
+        return Replay(reason=case.reason)
+    if case.mode != "agg":
+        return Replay(reason=f"{case.mode}: the serving replay takes aggregated rows")
+    if not case.concurrency:
+        return Replay(reason="no concurrency stated: the client's load is unknown")
+    workload, assumed = workload_of(case, seed)
+    try:
+        rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
+                              max_batch_size=case.batch, tier="simulation"))
+    except (UserError, SpecError) as e:
+        return Replay(reason=f"refused by perfcast serve: {e}")
+    r = rep.results["simulation"]
+    if r.ttft_s is None or r.tpot_s is None:
+        return Replay(reason="the simulation found the load unstable")
+    return Replay(r.ttft_s.mean * 1e3, r.tpot_s.mean * 1e3, assumed=assumed)

@@ -1,0 +1,176 @@
+"""``perfcast serve``: one deployment at one load, by the event simulation and the closed form.
+
+The application in one place (the CLI only parses flags, the report only formats): the engine's
+scheduler from its profile and the user's limits (:mod:`.scheduler`), the step model compiled once
+(:mod:`.step`), the KV cache sized from the memory model as the engine sizes it, then the
+workload served by each tier asked for. A deployment of ``dp`` data-parallel ranks (plain replicas
+or attention-DP ranks) runs one engine instance per rank; the load is split evenly over them
+(vLLM's and TensorRT-LLM's DP load balancing send each rank its share) and the figures of one
+rank are scaled to the deployment: throughput × ranks, latencies as one rank's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from perfcast.ir import UserError
+from perfcast.serving import meanfield
+from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
+from perfcast.serving.sim import Speculative, simulate
+from perfcast.serving.simtrace import SimTrace
+from perfcast.serving.step import Deployment, Memory, StepModel, compile_step, kv_capacity_tokens, memory_of
+from perfcast.serving.types import SLO, KVCache, ServingResult
+from perfcast.serving.workload import Workload
+
+TIERS = ("simulation", "closed-form", "both")
+#: How each engine's memory fraction sizes the KV cache (:func:`perfcast.serving.step.kv_capacity_tokens`).
+KV_BASIS = {"vllm": "total", "sglang": "static", "trtllm": "free"}
+#: The largest decode batch the step model tabulates when the engine bounds it by the KV cache only.
+UNBOUNDED_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """Everything ``perfcast serve`` needs, plain and hashable."""
+
+    deployment: Deployment
+    workload: Workload
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    chunked_prefill: bool | None = None
+    kv_capacity_tokens: int | None = None   # per engine instance; None: from the memory model
+    speculative: Speculative | None = None
+    slo: SLO | None = None
+    tier: str = "both"
+    trace: bool = False
+
+
+@dataclass(frozen=True)
+class ServeReport:
+    """What ``serve`` found: the scheduler, the KV cache and memory of one rank, each tier's result."""
+
+    spec: ServeSpec
+    scheduler: SchedulerConfig
+    kv: KVCache
+    memory: Memory | None
+    ranks: int
+    step_source: str
+    results: dict[str, ServingResult]
+    trace: SimTrace | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def serve(spec: ServeSpec) -> ServeReport:
+    if spec.tier not in TIERS:
+        raise UserError(f"--tier {spec.tier!r}: expected one of {', '.join(TIERS)}")
+    dep = spec.deployment
+    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
+                             max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
+                             chunked_prefill=spec.chunked_prefill)
+    ranks = dep.layout.dp
+    load = _rank_load(spec.workload, ranks)
+    k = spec.speculative.k if spec.speculative else 0
+    step = compile_step(dep, max_tokens=_max_tokens(sched, load, k))
+    mem, kv = _kv_cache(spec, sched, step)
+    notes = list(_notes(dep, sched, kv, mem, ranks))
+    results, trace = {}, None
+    if spec.tier in ("simulation", "both"):
+        r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
+                            slo=spec.slo, trace=spec.trace)
+        results["simulation"] = _scaled(r, ranks)
+    if spec.tier in ("closed-form", "both"):
+        results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, load), ranks)
+    return ServeReport(spec, sched, kv, mem, ranks, step.source, results, trace, tuple(notes))
+
+
+def _rank_load(w: Workload, ranks: int) -> Workload:
+    """One rank's share of the load (concurrency, rate and requests split evenly)."""
+    if ranks == 1:
+        return w
+    if w.trace is not None:
+        raise UserError("--trace with data parallelism: a trace is replayed on one engine instance; "
+                        "give --dp-size 1")
+    if w.concurrency is not None and w.concurrency % ranks:
+        raise UserError(f"--concurrency {w.concurrency} does not split evenly over {ranks} data-parallel ranks")
+    return replace(w, concurrency=w.concurrency // ranks if w.concurrency else None,
+                   rate=w.rate / ranks if w.rate else None,
+                   num_requests=max(1, math.ceil(w.num_requests / ranks)),
+                   warmup=None if w.warmup is None else w.warmup // ranks)
+
+
+def _rank_devices(dep: Deployment) -> int:
+    return dep.layout.tp * dep.layout.pp
+
+
+def _max_tokens(sched: SchedulerConfig, w: Workload, k: int) -> int:
+    """The largest step the scheduler can build: its token budget, or a decode batch of its
+    sequence limit (each verifying ``1 + k`` tokens)."""
+    seqs = sched.max_num_seqs or min(UNBOUNDED_BATCH, w.concurrency or UNBOUNDED_BATCH)
+    if w.concurrency:
+        seqs = min(seqs, w.concurrency)
+    return max(sched.max_num_tokens, seqs * (1 + k) + sched.max_num_tokens)
+
+
+def _kv_cache(spec: ServeSpec, sched: SchedulerConfig, step: StepModel) -> tuple[Memory | None, KVCache]:
+    if spec.kv_capacity_tokens is not None:
+        return None, sched.kv_cache(spec.kv_capacity_tokens)
+    mem = memory_of(spec.deployment, sched.max_num_tokens)
+    tokens = kv_capacity_tokens(mem, sched.memory_fraction, KV_BASIS[sched.policy], sched.block_size)
+    if tokens < sched.block_size:
+        gb = 1e9
+        raise UserError(
+            f"{spec.deployment.model} does not fit {spec.deployment.device} for serving: weights "
+            f"{mem.weights_bytes / gb:.1f} GB + activations {mem.activation_bytes / gb:.1f} GB leave no KV cache "
+            f"within {sched.memory_fraction:g} of {mem.capacity_bytes / gb:.0f} GB per device; use more devices "
+            f"(--tp-size) or --quantize")
+    return mem, sched.kv_cache(tokens, mem.kv_bytes_per_token)
+
+
+def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: StepModel,
+                 w: Workload) -> ServingResult:
+    if w.trace is not None:
+        raise UserError("--tier closed-form: the closed form takes --isl/--osl and a load, not a trace")
+    sp = spec.speculative
+    engine = meanfield.EngineConfig(
+        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
+        chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
+        devices=_rank_devices(spec.deployment), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else ())
+    isl, osl = round(w.input_len.mean), round(w.output_len.mean)
+    load = meanfield.Workload(isl=isl, osl=max(2, osl), concurrency=w.concurrency, rate_per_s=w.rate,
+                              prefix_hit_rate=w.prefix_hit_rate)
+    r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
+    if w.input_len.kind != "fixed" or w.output_len.kind != "fixed":
+        r = replace(r, notes=r.notes + (f"lengths drawn from distributions: the closed form takes their means "
+                                        f"(isl {isl}, osl {osl})",))
+    return r
+
+
+def _scaled(r: ServingResult, ranks: int) -> ServingResult:
+    """One rank's result as the deployment's: throughput × ranks, latencies and per-device and
+    per-user figures unchanged."""
+    if ranks == 1:
+        return r
+    return replace(r, output_tokens_per_s=r.output_tokens_per_s * ranks, requests_per_s=r.requests_per_s * ranks,
+                   devices=r.devices * ranks, requests=r.requests * ranks,
+                   goodput_requests_per_s=None if r.goodput_requests_per_s is None else r.goodput_requests_per_s * ranks,
+                   sustainable_rate=None if r.sustainable_rate is None else r.sustainable_rate * ranks,
+                   notes=r.notes + (f"one of {ranks} data-parallel ranks simulated, each with 1/{ranks} of the load; "
+                                    f"throughput × {ranks}",))
+
+
+def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | None, ranks: int) -> list[str]:
+    out = [f"scheduler: {sched.policy} (max batch {sched.max_num_seqs or 'KV-bound'}, max num tokens "
+           f"{sched.max_num_tokens}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, "
+           f"{sched.block_size}-token blocks)"]
+    if mem is None:
+        out.append(f"KV cache: {kv.capacity_tokens:,} tokens per instance, as given (--kv-capacity)")
+    else:
+        basis = {"total": "of device memory, less weights and activations",
+                 "static": "of device memory for weights and KV",
+                 "free": "of the memory left after weights and activations"}[KV_BASIS[sched.policy]]
+        out.append(f"KV cache: {kv.capacity_tokens:,} tokens per instance ({sched.memory_fraction:g} {basis}; "
+                   f"{mem.kv_bytes_per_token:,} B per token per device)")
+    if ranks > 1:
+        out.append(f"{ranks} data-parallel engine instances of {_rank_devices(dep)} device(s) each")
+    return out
