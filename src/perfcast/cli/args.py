@@ -79,6 +79,15 @@ def refuse(args, *rules: tuple[str, bool, str]) -> None:
             raise UserError(f"{flag}: {why}")
 
 
+def written(flag: str, path: str, write, *args) -> None:
+    """``write(*args)``, a file the user named with ``flag``: a file that cannot be written is a
+    one-line error naming the flag and the path."""
+    try:
+        write(*args)
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot write ({e.strerror})") from None
+
+
 # --- Numbers ---------------------------------------------------------------------------------------
 
 def _parse(text: str) -> int | float:

@@ -8,14 +8,16 @@ import sympy
 
 from rich.console import Console
 
-from perfcast.cli.args import POSITIVE, assignment, design_value, refuse, sweep
+from perfcast.cli.args import POSITIVE, assignment, design_value, refuse, sweep, written
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
+from perfcast.inference.slow import SlowComparison, schedule
 from perfcast.inputs import excerpt
 from perfcast.ir import UserError, render
 from perfcast.ir.symbols import HARDWARE
 from perfcast.kernels import get_kernel
 from perfcast.perf import AnalyticPerformanceModel
 from perfcast.report import kernel as report
+from perfcast.report import slow as slow_report
 from perfcast.report.document import check, emit
 from perfcast.rollup import OVERLAPS, overlap, rollup
 from perfcast.rollup.overlap import SUMMARY, parse
@@ -63,25 +65,6 @@ def add_rollup_arguments(p) -> None:
                         "resources at the design point; both: side by side, with the gap per loop")
     g.add_argument("--chrome-trace", metavar="FILE",
                    help="write the slow roll-up's schedule (one track per resource) for Perfetto")
-
-
-def slow_rollup(model, device, graph, point, launch_time_s: float, args, title: str):
-    """The slow roll-up at ``point`` when asked for (``--rollup slow|both``), with its trace."""
-    if args.rollup == "fast":
-        return None
-    from perfcast.report import slow as slow_report
-    from perfcast.rollup.slow import SlowRollup
-
-    try:
-        result = SlowRollup(model, device).run(graph, point, launch_time_s)
-    except ValueError as e:
-        raise UserError(f"--rollup slow: {e}") from None
-    if getattr(args, "chrome_trace", None):
-        try:
-            slow_report.chrome_trace(result, args.chrome_trace, title)
-        except OSError as e:
-            raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
-    return result
 
 
 def overlap_notes(transforms) -> list[str]:
@@ -210,13 +193,18 @@ def run(args) -> int:
     oev = overlapped(r, point) if transforms else None
     ov = overlaps.get(id(r))
     notes = [*spec.notes, *_notes(model, r, transforms)]
-    slow = slow_rollup(model, device, graph, point, ev.launch_time_s, args, spec.name)
+    slow = None
+    if args.rollup != "fast":
+        slow = SlowComparison(schedule(model, device, graph, point, ev.launch_time_s), ev.time_s)
+        if args.chrome_trace:
+            written("--chrome-trace", args.chrome_trace, slow_report.chrome_trace, slow.slow, args.chrome_trace,
+                    spec.name)
     # figures derived from the time (e.g. a control rate): (roll-up, time, point, figures) at the
     # point, at each sweep point, and at the slow roll-up's time
     times = [("fast", oev.after_s if oev else ev.time_s, ev.point)] + [
         ("fast", o.after_s if o else e.time_s, e.point) for e, o in zip(evals, sweep_ov or [None] * len(evals))]
     if slow is not None:
-        times.append(("slow", slow.time_s, ev.point))
+        times.append(("slow", slow.slow.time_s, ev.point))
     figures = [(*t, spec.figures_at(*t[1:])) for t in times] if spec.figures else []
     doc = report.to_json(spec.name, device, r, ev, evals, notes, ov, oev, sweep_ov)
     if figures:
@@ -224,9 +212,7 @@ def run(args) -> int:
         for entry, f in zip(doc.get("sweep", []), figures[1:1 + len(evals)]):
             entry["figures"] = f[3]
     if slow is not None:
-        from perfcast.report.slow import comparison
-
-        doc["slow"] = comparison(slow, ev.time_s)
+        doc["slow"] = slow.as_dict()
         if figures:
             doc["slow"]["figures"] = figures[-1][3]
         if args.rollup == "slow":
@@ -240,12 +226,10 @@ def run(args) -> int:
     if args.rollup != "slow":
         report.render(console, spec.name, device, r, ev, evals, [a for a, _ in axes], notes, ov, oev, sweep_ov)
     if slow is not None:
-        from perfcast.report import slow as slow_report
-
         if args.rollup == "slow":
             console.print(f"[bold]{spec.name}[/] on [bold]{device.name}[/] at "
                           + ", ".join(f"{k}={v:g}" for k, v in point.items()))
-        slow_report.render(console, slow, ev.time_s)
+        slow_report.render(console, slow)
     if figures:
         report.figures_table(console, spec.figures, figures[1:] if args.rollup == "slow" else figures,
                              [a for a, _ in axes])

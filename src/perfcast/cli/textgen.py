@@ -7,7 +7,7 @@ import argparse
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, images, pixels, refuse, sequences, tokens
+from perfcast.cli.args import Number, count, devices, images, pixels, refuse, sequences, tokens, written
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -195,63 +195,36 @@ def run(args) -> int:
                    layout=Layout(args.tp_size, args.ep_size, args.dp_size, args.pp_size, args.attention_dp,
                                  args.sequence_parallel, args.micro_batches),
                    num_devices=args.num_devices, topology=args.topology, images=_images(args),
-                   encoder_tp_mode=args.encoder_tp_mode)
+                   encoder_tp_mode=args.encoder_tp_mode, overlap=transforms, rollup=args.rollup)
     result = simulate(req)
-    ov = report.overlaps(result, transforms) if transforms else None
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
                         f"(short by {result.memory.shortfall_bytes:,})")
-    slow = {}
-    if args.rollup != "fast":
-        from perfcast.rollup.slow import SlowRollup
-
-        for name, r in result.rollups.items():
-            slow[name] = SlowRollup(r.model, req.device).run(result.lowered.graph, {},
-                                                              result.evaluations[name].launch_time_s)
     if args.chrome_trace:
-        try:
-            if slow:
-                from perfcast.report.slow import chrome_trace
+        from perfcast.report.trace import step_trace
 
-                chrome_trace(next(iter(slow.values())), args.chrome_trace, req.model.name)
-            else:
-                from perfcast.report.trace import chrome_trace
-
-                chrome_trace(result, args.chrome_trace)
-        except OSError as e:
-            raise UserError(f"--chrome-trace {args.chrome_trace}: cannot write ({e.strerror})") from None
+        written("--chrome-trace", args.chrome_trace, step_trace, result, args.chrome_trace)
     if args.export_empirical_metrics:
-        try:
-            write({"performance_models": report.empirical_metrics(result)}, args.export_empirical_metrics)
-        except OSError as e:
-            raise UserError(f"--export-empirical-metrics {args.export_empirical_metrics}: cannot write "
-                            f"({e.strerror})") from None
-    doc = report.to_json(result, ov)
-    if result.vision is not None:
-        from perfcast.report.vision import to_json as vision_json
-
-        doc["vision"] = vision_json(result)
-    if slow:
-        from perfcast.report.slow import comparison
-
-        doc["slow"] = {n: comparison(x, result.step_time_s(n)) for n, x in slow.items()}
+        written("--export-empirical-metrics", args.export_empirical_metrics, write,
+                {"performance_models": report.empirical_metrics(result)}, args.export_empirical_metrics)
+    doc = report.to_json(result)
     if args.json:
         return emit(doc)
     check(doc)  # the tables below are drawn from the same figures
     console = Console(width=max(120, Console().width))
-    report.render(console, result, top=args.top, ov=ov)
+    report.render(console, result, top=args.top)
     if result.vision is not None:
         from perfcast.report.vision import render as render_vision
 
         render_vision(console, result, top=args.top)
-    if slow:
+    if result.slow:
         from perfcast.report.slow import render as render_slow
 
-        for n, x in slow.items():
+        for n in result.slow:
             console.print(f"[bold]slow roll-up ({n})[/]: kernels on one stream keep their order; "
                           f"overlap inside a kernel only")
-            render_slow(console, x, result.step_time_s(n))
+            render_slow(console, result.slow_comparison(n))
     return 0
 
 

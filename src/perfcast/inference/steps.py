@@ -28,7 +28,7 @@ from perfcast.hardware.spec import SpecError
 from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.silicon import Case, catalog_model, phases
-from perfcast.inference.textgen import Request, make_model, simulate
+from perfcast.inference.textgen import Request, make_model, pipeline_time_s, simulate
 from perfcast.ir import UserError, dim, itemsize
 from perfcast.perf import Provenance
 from perfcast.rollup import LaunchModel, rollup
@@ -230,10 +230,7 @@ def _simulate(group: Group, p: tuple[int, int], models: list[str]) -> dict[str, 
     if BASELINE in models:
         pm = DatasheetRoofline(req.device, req.mesh())
         graph = result.lowered.graph
-        if req.layout.pp > 1:
-            stages = [rollup(g, pm).evaluate({}).time_s for g in graph.ops]
-            seconds = sum(stages) + (req.micro_batches - 1) * max(stages)
-        else:
-            seconds = rollup(graph, pm).evaluate({}).time_s * req.micro_batches
-        out[BASELINE] = StepTime(seconds, how, unpriced=unpriced)
+        stages = [rollup(g, pm).evaluate({}).time_s for g in graph.ops] if req.layout.pp > 1 else None
+        one_pass = rollup(graph, pm).evaluate({}).time_s if stages is None else 0.0
+        out[BASELINE] = StepTime(pipeline_time_s(one_pass, stages, req.micro_batches), how, unpriced=unpriced)
     return out

@@ -20,12 +20,16 @@ from perfcast.hardware import Device
 from perfcast.hardware.spec import SpecError
 from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_topology, topology_names
 from perfcast.inference import memory, quantization, vision
+from perfcast.inference.slow import SlowComparison, schedule
+from perfcast.inference.step_notes import engine_notes, parallel_notes, pricing_notes, step_notes
 from perfcast.ir import Graph, UserError, dim
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
-from perfcast.rollup import Evaluation, FastRollup, LaunchModel, rollup
+from perfcast.rollup import Evaluation, FastRollup, LaunchModel, OverlapEvaluation, OverlapRollup, rollup
+from perfcast.rollup.slow import SlowResult
 
 PERFORMANCE_MODELS = ("analytic", "profiling")
+ROLLUPS = ("fast", "slow", "both")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class Request:
     images: object = None  # perfcast.inference.vision.ImageRequest: each sequence's images
     image_tokens: tuple | None = None  # (per sequence, width, DeepStack levels): a VLM's language model
     encoder_tp_mode: str | None = None  # a VLM's encoder: weights | data | replicated (default: the engine's)
+    overlap: tuple[str, ...] = ()  # overlap transforms (perfcast.rollup.overlap) rewriting the fast sum
+    rollup: str = "fast"  # fast | slow | both: with slow or both, the slow roll-up of the step too
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
@@ -62,6 +68,8 @@ class Request:
             raise UserError("--decode needs --context-length ≥ 1 (the tokens already in the KV cache)")
         if not 0 < self.memory_utilization <= 1:
             raise UserError(f"--memory-utilization must be in (0, 1] (got {self.memory_utilization})")
+        if self.rollup not in ROLLUPS:
+            raise UserError(f"--rollup {self.rollup!r}: expected one of {', '.join(ROLLUPS)}")
         for m in self.performance_models:
             if m not in PERFORMANCE_MODELS:
                 raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
@@ -137,6 +145,27 @@ def default_topology(device: str) -> Topology:
     return matches[0]
 
 
+def pipeline_time_s(one_pass_s: float, stage_times_s: list[float] | None, micro_batches: int,
+                    encoder_s: float = 0.0) -> float:
+    """A step's time: one pass through the priced graph per micro-batch, or with pipeline
+    stages their fill and drain — all stages once, then the slowest once per further
+    micro-batch (GPipe, Huang et al., NeurIPS 2019, §2.2); a VLM's encoder runs before it."""
+    if not stage_times_s:
+        return one_pass_s * micro_batches + encoder_s
+    return sum(stage_times_s) + (micro_batches - 1) * max(stage_times_s) + encoder_s
+
+
+@dataclass(frozen=True)
+class StepOverlap:
+    """One performance model's overlap roll-up of one pass through the priced graph, and with
+    pipeline stages each stage's time after overlap (the split into two micro-batches is decided
+    per stage)."""
+
+    rollup: OverlapRollup
+    evaluation: OverlapEvaluation
+    stage_times_s: list[float] | None
+
+
 @dataclass
 class Result:
     request: Request
@@ -153,20 +182,31 @@ class Result:
     rules_applied: tuple[int, ...] = ()  # indices of the engine's rules that claimed captured ops
     vision: object = None  # perfcast.inference.vision.VisionPart: a VLM's encoder, run before the prefill
     quantization: dict = field(default_factory=dict)  # what was quantized how, and from where
+    overlaps: dict[str, StepOverlap] = field(default_factory=dict)  # per model, with request.overlap
+    slow: dict[str, SlowResult] = field(default_factory=dict)  # per model, with request.rollup slow|both
 
-    def step_time_s(self, name: str) -> float:
-        """The step's time: one pass of the priced graph, or with pipeline micro-batches the
-        fill and drain of the pipeline — all stages once, then the slowest once per further
-        micro-batch (GPipe, Huang et al., NeurIPS 2019, §2.2)."""
-        stages = self.stage_times_s.get(name)
+    def step_time_s(self, name: str, overlap: bool = False) -> float:
+        """The step's time (:func:`pipeline_time_s`) under performance model ``name``; with
+        ``overlap``, from the times after the overlap transforms (when the request has any)."""
+        ov = self.overlaps.get(name) if overlap else None
         encoder = self.vision.time_s(name) if self.vision is not None else 0.0
-        if not stages:
-            return self.evaluations[name].time_s * self.request.micro_batches + encoder
-        return sum(stages) + (self.request.micro_batches - 1) * max(stages) + encoder
+        if ov is not None:
+            return pipeline_time_s(ov.evaluation.after_s, ov.stage_times_s, self.request.micro_batches, encoder)
+        return pipeline_time_s(self.evaluations[name].time_s, self.stage_times_s.get(name),
+                               self.request.micro_batches, encoder)
 
-    def tokens_per_s_per_device(self, name: str) -> float:
-        t = self.step_time_s(name)
+    def tokens_per_s_per_device(self, name: str, overlap: bool = False) -> float:
+        t = self.step_time_s(name, overlap)
         return self.request.tokens / t / self.request.devices if t else float("inf")
+
+    def encoder_share(self, name: str) -> float:
+        """A VLM's vision encoder: its share of the step's time (without overlap)."""
+        t = self.step_time_s(name)
+        return self.vision.time_s(name) / t if t and self.vision is not None else 0.0
+
+    def slow_comparison(self, name: str) -> SlowComparison:
+        """The slow roll-up of one pass beside the step's fast time (without overlap)."""
+        return SlowComparison(self.slow[name], self.step_time_s(name))
 
 
 def make_model(name: str, device: Device, database: str | None = None, mesh: Mesh | None = None,
@@ -267,11 +307,28 @@ def simulate(req: Request) -> Result:
     mem = max((_memory(req, c, lw, rng, s, layout, at, quant.plan) for s, ((c, rng), lw)
                in enumerate(zip(stages, lowered))), key=lambda m: m.used_bytes)
     groups = quant_summary(quant.plan, cap, req.dtype)
-    notes = _notes(req, low) + quantization.notes(quant, cap, groups) \
-        + _engine_notes(profile, launch, low, applied.rotated) + _parallel_notes(req, mesh) + _pricing_notes(rollups)
+    notes = step_notes(req, low) + quantization.notes(quant, cap, groups) \
+        + engine_notes(profile, launch, low, applied.rotated) + parallel_notes(req, mesh) + pricing_notes(rollups)
     return Result(req, low, rollups, evals, mem,
                   {"capture_s": t1 - t0, "lower_and_price_s": t2 - t1}, notes, how, stage_times, profile, launch,
-                  tuple(sorted(applied.used)), quantization=quant.as_dict(groups))
+                  tuple(sorted(applied.used)), quantization=quant.as_dict(groups),
+                  overlaps=overlaps(rollups, stage_times, req.overlap),
+                  slow={name: schedule(r.model, req.device, low.graph, {}, evals[name].launch_time_s)
+                        for name, r in rollups.items()} if req.rollup != "fast" else {})
+
+
+def overlaps(rollups: dict[str, FastRollup], stage_times_s: dict[str, list[float]],
+             transforms: tuple[str, ...]) -> dict[str, StepOverlap]:
+    """Per performance model, the overlap roll-up of one pass (and of each pipeline stage)."""
+    out: dict[str, StepOverlap] = {}
+    if not transforms:
+        return out
+    for name, r in rollups.items():
+        ov = OverlapRollup(r, transforms)
+        stages = ([OverlapRollup(r, transforms, root=st).evaluate({}).after_s for st in r.op.ops]
+                  if stage_times_s.get(name) else None)
+        out[name] = StepOverlap(ov, ov.evaluate({}), stages)
+    return out
 
 
 def _pipeline(lowered: list[Lowered], name: str) -> Lowered:
@@ -300,101 +357,3 @@ def _memory(req: Request, cap: Capture, low: Lowered, rng: range, stage: int, la
         capacity_bytes=capacity, weights_bytes=wbytes, kv_cache_bytes=kv * req.micro_batches,
         kv_cache_bytes_per_token=kv_per_token, activation_peak_bytes=memory.activation_peak(cap, at),
         reserved_bytes=int(round(capacity * (1 - req.memory_utilization))), parameters=params)
-
-
-def _parallel_notes(req: Request, mesh: Mesh | None) -> list[str]:
-    layout = req.layout
-    if mesh is None:
-        return []
-    cfg = req.model.data
-    kv = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
-    spans = {a: " × ".join(f"{k} on {t.name}" for t, k in mesh.span(a) if k > 1) or "one device"
-             for a, size, _ in mesh.axes if size > 1}
-    notes = [f"layout: {layout.describe()} on {req.devices} devices of {mesh.topology.name} — "
-             + "; ".join(f"{a}: {s}" for a, s in spans.items())]
-    if layout.tp > kv:
-        notes.append(f"{kv} KV heads < tp {layout.tp}: each KV head is replicated on {layout.tp // kv} devices")
-    if layout.dp > 1 and not layout.attention_dp:
-        notes.append(f"dp {layout.dp}: independent replicas, {math.ceil(req.num_queries / layout.dp)} sequences each")
-    if layout.attention_dp:
-        notes.append(f"attention data parallelism: each of {layout.dp} ranks runs attention on its own sequences; "
-                     f"MoE layers dispatch top-k token copies over ep {layout.ep} (all-to-all, no de-duplication)")
-    if layout.sequence_parallel:
-        notes.append("sequence parallelism: reduce-scatter + all-gather replace each all-reduce; norms between "
-                     "blocks are still priced on all tokens (an overestimate of their small cost)")
-    if layout.pp > 1:
-        rng = par.stage_layers(int(cfg["num_hidden_layers"]), layout.pp)
-        notes.append(f"pipeline: {layout.pp} stages of {', '.join(str(len(r)) for r in rng)} layers, "
-                     f"{req.micro_batches} micro-batches of {req.sequences_per_micro_batch} sequences; step = all "
-                     f"stages once + (micro-batches − 1) × the slowest stage; memory is the fullest stage's")
-    return notes
-
-
-def _pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
-    """What each performance model assumed on the way: which calibrated fits priced how many
-    kernels, the units the generic roofline priced at datasheet peak, rate fallbacks."""
-    notes: list[str] = []
-    for name, r in rollups.items():
-        model = r.model
-        fits: dict[str, dict[str, int]] = {}
-        seen: dict[str, int] = {}
-        generic = 0
-        for lt in r.leaves:
-            calibrated = False
-            for n in lt.result.notes:
-                if n.startswith("calibrated ") and n.endswith(")"):
-                    key, _, label = n.removeprefix("calibrated ").partition(" (")
-                    by = fits.setdefault(label[:-1], {})
-                    by[key] = by.get(key, 0) + int(lt.trips)
-                    calibrated = True
-                else:
-                    seen[n] = seen.get(n, 0) + int(lt.trips)
-            generic += not calibrated and lt.result.source.value == "analytic"
-        for label, by in fits.items():
-            notes.append(f"{name}: kernels priced by calibrated fits ({label}): "
-                         + ", ".join(f"{k} ×{n:,}" for k, n in sorted(by.items(), key=lambda kv: -kv[1])))
-        if generic:
-            for unit in getattr(model, "uncalibrated", lambda: [])():
-                notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
-                             f"{unit} work of the {generic} kernel(s) no calibrated fit covers priced at datasheet peak")
-        notes.extend(f"{name}: {n} ({k:,} call{'s' if k != 1 else ''})" for n, k in seen.items())
-        if isinstance(model, EmpiricalPerformanceModel):
-            notes.extend(f"{name}: {n}" for n in model.notes)
-    return notes
-
-
-def _notes(req: Request, low) -> list[str]:
-    notes = []
-    cfg = req.model.data
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
-    if experts:
-        k = cfg.get("num_experts_per_tok")
-        notes.append(f"MoE routing: balanced — each of {experts} experts receives tokens·{k}/{experts} "
-                     f"tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
-    if low.unknown:
-        notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
-                     + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))
-    notes.append("kernels run one after another: no overlap between them is assumed")
-    return notes
-
-
-def _engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[str]:
-    """What the engine profile did to the captured step, and how its kernels are launched."""
-    from perfcast.ir import leaves
-
-    notes = [f"engine {profile.name} ({profile.framework} {profile.version}): {profile.description}",
-             f"launch — {launch.description}"]
-    if launch.host_source:
-        notes.append(f"host launch interval: {launch.host_source}")
-    if rotated:
-        notes.append("each decoder layer ends with the next layer's input norm (fused with its residual add); "
-                     "the first layer's norm runs before the loop and the final norm is the last layer's")
-    for why, n in low.dropped.items():
-        notes.append(f"not run per step by {profile.name} ({n} captured ops): {why}")
-    left = [leaf for leaf in leaves(low.graph) if leaf.attr("rule") == "leftover" and leaf.kind not in
-            ("matmul", "attention", "grouped_matmul", "gather")]
-    if left and profile.leftover.memory == "per_op":
-        names = sorted({str(leaf.attr("kernel")) for leaf in left})
-        notes.append(f"{len(left)} memory-bound kernels match no fusion rule of {profile.name} and run one per op: "
-                     + ", ".join(names[:6]) + ("…" if len(names) > 6 else ""))
-    return notes

@@ -160,7 +160,8 @@ def encode(req, proc, lm_req) -> VisionPart:
     images of one device's sequences."""
     from perfcast.capture import hf_config
     from perfcast.capture.vision import Images, capture_encoder
-    from perfcast.inference.textgen import _pricing_notes, make_model
+    from perfcast.inference.step_notes import pricing_notes
+    from perfcast.inference.textgen import make_model
 
     im = req.images
     grid = proc.grid(im.height, im.width)
@@ -193,7 +194,7 @@ def encode(req, proc, lm_req) -> VisionPart:
              + _layout_note(mode, req.layout.tp, profile.name),
              f"vision encoder in {req.dtype}" + (f": --quantize {req.quantize} applies to the language model only"
                                                  if req.quantize else "")]
-    notes += [f"vision encoder — {n}" for n in _pricing_notes(rollups)]
+    notes += [f"vision encoder — {n}" for n in pricing_notes(rollups)]
     if low.unknown:
         notes.append(f"vision encoder: {sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))

@@ -1,4 +1,4 @@
-"""Reports of the slow roll-up: the comparison with the fast roll-up, the gap per loop, and the
+"""Reports of the slow roll-up: its comparison with the fast roll-up, the gap per loop, and the
 modulo schedule as a Perfetto/Chrome trace (one track per resource)."""
 
 from __future__ import annotations
@@ -6,17 +6,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from perfcast.inference.slow import SlowComparison
 from perfcast.report.document import write_trace
 from perfcast.report.format import integer, seconds
 from perfcast.rollup.slow import SlowResult
-
-
-def comparison(slow: SlowResult, fast_time_s: float) -> dict:
-    """Fast vs slow vs the pure resource bound, in seconds, with the slow result's loops."""
-    clock = slow.clock_hz
-    return {**slow.as_dict(), "fast_time_s": fast_time_s,
-            "resource_bound_time_s": slow.resource_bound_cycles / clock + slow.launch_time_s,
-            "serial_time_s": slow.serial_cycles / clock + slow.launch_time_s}
 
 
 def gap_lines(slow: SlowResult) -> list[str]:
@@ -30,12 +23,12 @@ def gap_lines(slow: SlowResult) -> list[str]:
     return out
 
 
-def render(console: Console, slow: SlowResult, fast_time_s: float) -> None:
-    doc = comparison(slow, fast_time_s)
+def render(console: Console, cmp: SlowComparison) -> None:
+    slow = cmp.slow
     t = Table(title="Roll-ups", title_justify="left")
     for col in ("fast (serial, closed form)", "slow (modulo schedule)", "resource bound", "cycles", "clock"):
         t.add_column(col, justify="right")
-    t.add_row(seconds(fast_time_s), seconds(doc["time_s"]), seconds(doc["resource_bound_time_s"]),
+    t.add_row(seconds(cmp.fast_time_s), seconds(slow.time_s), seconds(slow.resource_bound_time_s),
               integer(slow.cycles), f"{slow.clock_hz / 1e9:.3g} GHz")
     console.print(t)
     for line in gap_lines(slow):

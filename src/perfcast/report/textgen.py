@@ -13,43 +13,10 @@ from rich.table import Table
 from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Leaf
 from perfcast.report.format import percent, seconds, si
 from perfcast.report.kernel import hidden, print_overlap
-from perfcast.rollup import OverlapRollup
 from perfcast.rollup.overlap import SUMMARY
 
 #: The note the step carries when kernels are summed; with --overlap it says where they are not.
 _SERIAL_NOTE = "kernels run one after another: no overlap between them is assumed"
-
-
-def overlaps(result, transforms) -> dict:
-    """Per performance model: the overlap roll-up of one pass through the priced graph, its
-    account, and with pipeline stages each stage's time after overlap (the split into two
-    micro-batches is decided per stage)."""
-    out = {}
-    for name, r in result.rollups.items():
-        ov = OverlapRollup(r, transforms)
-        stages = ([OverlapRollup(r, transforms, root=st).evaluate({}).after_s for st in r.op.ops]
-                  if result.stage_times_s.get(name) else None)
-        out[name] = (ov, ov.evaluate({}), stages)
-    return out
-
-
-def step_time_s(result, name: str, ov: dict | None = None) -> float:
-    """The step's time (:meth:`Result.step_time_s`), with overlap if given: one pass, or the
-    pipeline's fill and drain over the stages' times after overlap (GPipe, §2.2)."""
-    if not ov:
-        return result.step_time_s(name)
-    _, oev, stages = ov[name]
-    encoder = result.vision.time_s(name) if getattr(result, "vision", None) is not None else 0.0  # a VLM's, before
-    if not stages:
-        return oev.after_s * result.request.micro_batches + encoder
-    return sum(stages) + (result.request.micro_batches - 1) * max(stages) + encoder
-
-
-def _tokens_per_s(result, name: str, ov: dict | None) -> float:
-    if not ov:
-        return result.tokens_per_s_per_device(name)
-    t = step_time_s(result, name, ov)
-    return result.request.tokens / t / result.request.devices if t else float("inf")
 
 
 def op_name(leaf: Leaf) -> str:
@@ -220,15 +187,18 @@ def empirical_metrics(result) -> dict:
             for name in result.rollups if hasattr(result.rollups[name].model, "misses")}
 
 
-def to_json(result, ov: dict | None = None) -> dict:
-    """The step as JSON; with ``ov`` (from :func:`overlaps`) times are after overlap and an
-    ``overlap`` section accounts for it."""
+def to_json(result) -> dict:
+    """The step as JSON; with overlap transforms (``result.overlaps``) times are after overlap and
+    an ``overlap`` section accounts for it; a VLM's step has a ``vision`` section, a slow roll-up
+    a ``slow`` one."""
     req = result.request
+    ov = result.overlaps
     models = {}
     for name, ev in result.evaluations.items():
-        models[name] = {"total_time_s": step_time_s(result, name, ov),
-                        "stage_times_s": ov[name][2] if ov and ov[name][2] else result.stage_times_s.get(name),
-                        "tokens_per_s_per_device": _tokens_per_s(result, name, ov),
+        models[name] = {"total_time_s": result.step_time_s(name, overlap=True),
+                        "stage_times_s": ov[name].stage_times_s if ov and ov[name].stage_times_s
+                        else result.stage_times_s.get(name),
+                        "tokens_per_s_per_device": result.tokens_per_s_per_device(name, overlap=True),
                         "bound_shares": ev.bound_shares(), "provenance_shares": provenance_by_time(result, name),
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
@@ -238,7 +208,7 @@ def to_json(result, ov: dict | None = None) -> dict:
     low = result.lowered
     notes = list(result.notes)
     if ov:
-        transforms = next(iter(ov.values()))[0].transforms
+        transforms = next(iter(ov.values())).rollup.transforms
         notes = [f"kernels run one after another except where --overlap rewrites the sum ({', '.join(transforms)}; "
                  f"see the overlap table)" if n == _SERIAL_NOTE else n for n in notes]
         notes += [f"overlap {t}: {SUMMARY[t]}" for t in transforms]
@@ -268,13 +238,20 @@ def to_json(result, ov: dict | None = None) -> dict:
     }
     if ov:
         doc["overlap"] = {"transforms": list(transforms), "performance_models": {
-            name: {**oev.as_dict(), "stage_times_s": stages} for name, (_, oev, stages) in ov.items()}}
+            name: {**o.evaluation.as_dict(), "stage_times_s": o.stage_times_s} for name, o in ov.items()}}
+    if result.vision is not None:
+        from perfcast.report.vision import to_json as vision_json  # it builds on this module
+
+        doc["vision"] = vision_json(result)
+    if result.slow:
+        doc["slow"] = {n: result.slow_comparison(n).as_dict() for n in result.slow}
     return doc
 
 
-def render(console: Console, result, top: int = 15, ov: dict | None = None) -> None:
+def render(console: Console, result, top: int = 15) -> None:
     req, mem = result.request, result.memory
-    doc = to_json(result, ov)
+    ov = result.overlaps
+    doc = to_json(result)
     seqs = f"{req.num_queries} sequence{'s' if req.num_queries != 1 else ''}"
     phase = (f"decode · {seqs} × 1 new token after {req.context_length:,} cached"
              if req.decode else
@@ -305,7 +282,7 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
             console.print(f"  [yellow]missed[/] {escape(miss['op'])} ×{miss['calls']:,} "
                           f"({seconds(miss['time_s'])} by fallback): {escape(miss['reason'])}")
         if ov:
-            oev = ov[name][1]
+            oev = ov[name].evaluation
             console.print(f"  overlap: one pass {seconds(oev.before_s)} → {seconds(oev.after_s)}"
                           + (" (two micro-batches)" if oev.micro_batches == 2 else "") + " · "
                           + ", ".join(f"{s.name} −{hidden(s.hidden_s)}" for s in oev.steps))
@@ -340,8 +317,8 @@ def render(console: Console, result, top: int = 15, ov: dict | None = None) -> N
                     seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
     console.print(ops)
     _print_kernels(console, doc["engine"], names, top)
-    for name, (_, oev, _) in (ov or {}).items():
-        print_overlap(console, oev, f"Overlap ({name}, one pass)")
+    for name, o in ov.items():
+        print_overlap(console, o.evaluation, f"Overlap ({name}, one pass)")
     if doc["unknown_ops"]:
         un = Table(title="Ops with no cost rule (NOT priced)", title_justify="left", style="red")
         for col in ("op", "count", "input shapes"):

@@ -1,10 +1,21 @@
-"""The Chrome trace (Trace Event Format) of a text-generation step's kernels."""
+"""The Chrome trace (Trace Event Format) of a text-generation step: its kernels in order, or
+with the slow roll-up its modulo schedule (:func:`perfcast.report.slow.chrome_trace`)."""
 
 from __future__ import annotations
 
 from perfcast.ir import Graph, Leaf, Loop
+from perfcast.report import slow as slow_report
 from perfcast.report.document import write_trace
 from perfcast.report.textgen import op_name
+
+
+def step_trace(result, path: str) -> None:
+    """The step's schedule under its first performance model when the slow roll-up ran, else
+    its kernels (:func:`chrome_trace`)."""
+    if result.slow:
+        slow_report.chrome_trace(next(iter(result.slow.values())), path, result.request.model.name)
+    else:
+        chrome_trace(result, path)
 
 
 def chrome_trace(result, path: str) -> None:

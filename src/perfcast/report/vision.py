@@ -34,7 +34,7 @@ def to_json(result) -> dict:
                 "patches_per_device": v.patches,
                 "text_tokens_per_sequence": req.query_length - req.image_tokens[0],
                 "performance_models": {n: {"time_s": ev.time_s, "launch_time_s": ev.launch_time_s,
-                                           "share_of_step": ev.time_s / result.step_time_s(n) if result.step_time_s(n) else 0.0,
+                                           "share_of_step": result.encoder_share(n),
                                            "provenance_shares": ev.provenance_shares(),
                                            "missed_ops": missed_ops(_as_step(result), n)}
                                        for n, ev in v.evaluations.items()},

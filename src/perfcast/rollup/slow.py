@@ -78,6 +78,16 @@ class SlowResult:
     def time_s(self) -> float:
         return self.cycles / self.clock_hz + self.launch_time_s
 
+    @property
+    def resource_bound_time_s(self) -> float:
+        """The busiest resource's cycles alone, with the same launch latency: the lower bound."""
+        return self.resource_bound_cycles / self.clock_hz + self.launch_time_s
+
+    @property
+    def serial_time_s(self) -> float:
+        """The leaves one after another, with the same launch latency: the upper bound."""
+        return self.serial_cycles / self.clock_hz + self.launch_time_s
+
     def as_dict(self) -> dict:
         top = self.loops[0] if self.loops else None
         return {"cycles": self.cycles, "time_s": self.time_s, "clock_hz": self.clock_hz,
