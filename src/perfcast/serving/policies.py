@@ -23,6 +23,13 @@ emits a token for every request whose computed tokens reach ``P + g``.
   micro-batch scheduler then fills ``max_num_tokens`` with generation requests and whole (or,
   chunked, block-aligned) context requests in one step. Nothing is ever preempted.
 
+A request marked ``prefilled`` (on a disaggregated decode instance: its prompt's KV came from a
+prefill instance, which emitted its first token) holds blocks for its prompt but computes none of
+it: vLLM admits it straight into a decode step (its KV connector's requests resume from
+``WAITING_FOR_REMOTE_KVS`` with the prompt computed), SGLang joins it to the running batch,
+TRT-LLM reserves its whole sequence and runs it as a generation request (``generation_only``).
+A preempted one loses the flag and is recomputed on the decode instance.
+
 Approximations: preempted and retracted requests return to the front of the waiting queue
 (SGLang appends them and re-sorts by its policy); SGLang's ``new_token_ratio`` returns to its
 initial value after a retraction (SGLang re-estimates it from the retracted requests).
@@ -61,6 +68,7 @@ class Engine:
         self.running: list[int] = []
         self.preemptions = 0
         self.chunked: int | None = None          # SGLang's request in the middle of a chunked prefill
+        self.prefilled = [False] * n             # prompt KV computed elsewhere (a disaggregated decode instance)
         ratio = sched.new_token_ratio
         self.ratio = ratio[0] if ratio else 0.0
 
@@ -90,6 +98,7 @@ class Engine:
         """Free ``i``'s blocks and requeue it at the front; its prompt and output are recomputed."""
         self.release(i)
         self.comp[i] = 0
+        self.prefilled[i] = False
         self.waiting.appendleft(i)
         self.preemptions += 1
         if self.chunked == i:
@@ -120,7 +129,7 @@ class Engine:
 
     def undo_prefix(self, i: int) -> None:
         """A request not admitted after all gives its prefix hits back."""
-        if self.own[i] == 0:
+        if self.own[i] == 0 and not self.prefilled[i]:
             self.pool.unref(self.shared[i])
             self.shared[i] = []
             self.comp[i] = 0
@@ -186,9 +195,10 @@ def _admit_budgeted(e: Engine, out: Planned, budget: int) -> None:
     run, cap = e.running, e.max_seqs()
     while e.waiting and budget > 0 and len(run) < cap:
         i = e.waiting[0]
+        dec = e.prefilled[i]     # its KV arrived from a prefill instance: it decodes at once
         e.start_prefix(i)
-        need = e.need(i)
-        if not e.cfg.chunked_prefill and need > budget:
+        need = e.decode_tokens(i) if dec else e.need(i)
+        if need > budget and (dec or not e.cfg.chunked_prefill):
             e.undo_prefix(i)
             break
         n = min(need, budget)
@@ -197,11 +207,12 @@ def _admit_budgeted(e: Engine, out: Planned, budget: int) -> None:
             break
         e.waiting.popleft()
         run.append(i)
-        out.append((i, n, False))
+        out.append((i, n, dec))
         budget -= n
 
 
 def schedule_sglang(e: Engine) -> Planned:
+    _sglang_admit_prefilled(e)
     prefills = _sglang_prefill(e)
     if prefills:
         if e.cfg.mixed_chunk:
@@ -215,12 +226,35 @@ def schedule_sglang(e: Engine) -> Planned:
     return _sglang_decode(e)
 
 
+def _sglang_room(e: Engine) -> float:
+    """``PrefillAdder.rem_total_tokens``: free tokens less the running requests' reserved output."""
+    reserved = sum(min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS) for i in e.running if e.gen[i] > 0) * e.ratio
+    return e.pool.available * e.bs - reserved
+
+
+def _sglang_admit_prefilled(e: Engine) -> None:
+    """SGLang's PD decode server (python/sglang/srt/disaggregation/decode.py): a request whose KV
+    arrived joins the running batch (``get_new_prebuilt_batch``) and decodes in the next step.
+    Admitted FCFS, as the ``PrefillAdder`` admits, while the room holds its prompt's KV and its
+    reserved output (the prealloc queue's own reserve is approximated by this rule)."""
+    if not e.waiting or not e.prefilled[e.waiting[0]]:
+        return
+    room, cap = _sglang_room(e), e.max_seqs()
+    while e.waiting and e.prefilled[e.waiting[0]] and len(e.running) < cap:
+        i = e.waiting[0]
+        total = e.comp[i] + min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS)
+        if total > room or not e.grow(i, e.comp[i]):
+            break
+        room -= total
+        e.waiting.popleft()
+        e.running.append(i)
+
+
 def _sglang_prefill(e: Engine) -> Planned:
     cfg, run, out = e.cfg, e.running, []
     chunk = cfg.max_num_tokens if cfg.chunked_prefill else INF
     inputs = cfg.max_prefill_tokens or INF
-    reserved = sum(min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS) for i in run if e.gen[i] > 0) * e.ratio
-    rem_total = e.pool.available * e.bs - reserved
+    rem_total = _sglang_room(e)
     c = e.chunked
     if c is not None:
         n = int(min(e.need(c), chunk))
@@ -234,6 +268,8 @@ def _sglang_prefill(e: Engine) -> Planned:
     cap = e.max_seqs()
     while e.waiting and e.chunked is None and chunk > 0 and inputs > 0 and len(run) < cap:
         i = e.waiting[0]
+        if e.prefilled[i]:
+            break
         e.start_prefix(i)
         need = e.need(i)
         total = need + min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS)

@@ -84,6 +84,7 @@ class _Run:
         self.decode_slots = 0
         self.done = 0
         self.trace = SimTrace() if trace else None
+        self.handed: list | None = None   # an outer loop (disagg) takes each step's finished requests here
 
 
 def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Workload, *, devices: int = 1,
@@ -265,8 +266,10 @@ def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
         eng.release(i)
         run.finish[i] = t
         run.done += 1
-        if run.trace is not None:
+        if run.trace is not None and run.handed is None:
             run.trace.request(i, run.send[i], run.first_sched[i], run.first[i], t)
+    if run.handed is not None:
+        run.handed.extend(finished)
 
 
 def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float) -> float | None:

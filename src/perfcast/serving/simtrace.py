@@ -2,7 +2,9 @@
 "Trace Event Format", Google, 2016 — complete events ``ph: X`` and counters ``ph: C``, times in µs).
 
 One process per engine instance; a thread per request holding its phases (queued, prefill,
-decode) as spans; counters of the step's batch size and the KV tokens in use."""
+decode; disaggregated, also transfer queued and transfer on the decode instance) as spans;
+counters of the step's batch size and the KV tokens in use. :class:`SimTraces` joins the
+instances of a disaggregated deployment ("prefill 0", "decode 1", …) into one timeline."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class SimTrace:
     """Events gathered during one simulation (``instance``: the engine instance's number)."""
 
     instance: int = 0
+    name: str = ""                                 # the process's name ("engine N" if empty)
     spans: list = field(default_factory=list)      # (request, phase, start_s, end_s)
     counters: list = field(default_factory=list)   # (t_s, batch, kv_tokens)
 
@@ -32,7 +35,7 @@ class SimTrace:
 
     def events(self) -> list[dict]:
         pid = self.instance
-        out = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"engine {pid}"}}]
+        out = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": self.name or f"engine {pid}"}}]
         for i, phase, a, b in self.spans:
             out.append({"name": phase, "cat": "request", "ph": "X", "pid": pid, "tid": i + 1,
                         "ts": a * US, "dur": (b - a) * US, "args": {"request": i}})
@@ -43,6 +46,26 @@ class SimTrace:
 
     def to_chrome(self, path: str | Path) -> Path:
         """Write the trace as JSON (``{"traceEvents": [...]}``) that Perfetto opens."""
-        p = Path(path)
-        p.write_text(json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ms"}))
-        return p
+        return _write(self.events(), path)
+
+
+@dataclass
+class SimTraces:
+    """Several engine instances' traces in one timeline (a disaggregated deployment's pools)."""
+
+    traces: tuple[SimTrace, ...]
+
+    def by_name(self, name: str) -> SimTrace:
+        return next(t for t in self.traces if t.name == name)
+
+    def events(self) -> list[dict]:
+        return [e for t in self.traces for e in t.events()]
+
+    def to_chrome(self, path: str | Path) -> Path:
+        return _write(self.events(), path)
+
+
+def _write(events: list[dict], path: str | Path) -> Path:
+    p = Path(path)
+    p.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    return p
