@@ -77,6 +77,11 @@ COMMANDS = [
     ("text-generate", ["text-generate", "qwen3-30b-a3b", "--decode", "--context-length", "1024", "--num-queries", "8",
                        "--overlap", "all"]),
     ("explain", ["explain", "llama-3.1-8b", "--decode"]),
+    ("serve", ["serve", "llama-3.1-8b", "--concurrency", "8", "--num-requests", "40", "--osl", "32"]),
+    ("serve", ["serve", "llama-3.1-8b", "--engine", "vllm", "--request-rate", "1000", "--num-requests", "200",
+               "--osl", "16", "--isl", "uniform:200-400"]),
+    ("serve", ["serve", "llama-3.1-8b", "--request-rate", "4", "--num-requests", "60", "--osl", "16",
+               "--disagg", "1p1d", "--speculative", "mtp:2", "--acceptance", "0.8,0.5"]),
 ]
 
 

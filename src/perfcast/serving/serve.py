@@ -18,7 +18,6 @@ from perfcast.ir import UserError
 from perfcast.serving import meanfield
 from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
 from perfcast.serving.sim import Speculative, simulate
-from perfcast.serving.simtrace import SimTrace
 from perfcast.serving.step import Deployment, Memory, StepModel, compile_step, kv_capacity_tokens, memory_of
 from perfcast.serving.types import SLO, KVCache, ServingResult
 from perfcast.serving.workload import Workload
@@ -44,6 +43,22 @@ class ServeSpec:
     slo: SLO | None = None
     tier: str = "both"
     trace: bool = False
+    max_load: bool = False                  # every request queued at t = 0 (trtllm-bench, vLLM's throughput run)
+    disagg: "Disagg | None" = None
+
+
+@dataclass(frozen=True)
+class Disagg:
+    """Disaggregated serving: ``prefill_instances`` engines of ``prefill`` (a deployment of
+    its own layout) hand their requests' KV caches to ``decode_instances`` engines of the
+    serve spec's deployment; ``auto_instances``: choose the split of that many instances by the
+    closed form (the best output tokens/s per device under the SLOs), then simulate it."""
+
+    prefill: Deployment
+    prefill_instances: int = 1
+    decode_instances: int = 1
+    auto_instances: int | None = None
+    router: str = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -57,13 +72,50 @@ class ServeReport:
     ranks: int
     step_source: str
     results: dict[str, ServingResult]
-    trace: SimTrace | None = None
+    trace: object = None                  # SimTrace, or SimTraces for disaggregated serving
     notes: tuple[str, ...] = field(default_factory=tuple)
+    disagg: dict | None = None
+
+    @property
+    def load(self) -> dict:
+        w = self.spec.workload
+        if self.spec.max_load:
+            return {"kind": "max-load", "requests_queued_at_start": w.num_requests}
+        if w.trace is not None:
+            return {"kind": "trace", "file": w.trace.source}
+        if w.concurrency is not None:
+            return {"kind": "closed-loop", "concurrency": w.concurrency}
+        return {"kind": "open-loop", "requests_per_s": w.rate, "cv": w.cv}
+
+    def load_text(self) -> str:
+        d = self.load
+        return {"max-load": lambda: f"max load ({d.get('requests_queued_at_start')} requests queued at t = 0)",
+                "trace": lambda: f"trace {d.get('file')}",
+                "closed-loop": lambda: f"{d.get('concurrency')} concurrent clients (closed loop)",
+                "open-loop": lambda: f"{d.get('requests_per_s')} requests/s (cv {d.get('cv')})"}[d["kind"]]()
+
+    def agreement(self) -> dict | None:
+        """Simulation ÷ closed form of the mean figures, where both tiers ran and are stable."""
+        a, b = self.results.get("simulation"), self.results.get("closed form")
+        if a is None or b is None or not (a.stable and b.stable):
+            return None
+        out = {k: getattr(a, k).mean / getattr(b, k).mean for k in ("ttft_s", "tpot_s", "e2e_s")
+               if getattr(a, k) is not None and getattr(b, k) is not None and getattr(b, k).mean > 0}
+        if b.output_tokens_per_s > 0:
+            out["output_tokens_per_s"] = a.output_tokens_per_s / b.output_tokens_per_s
+        return out
 
 
 def serve(spec: ServeSpec) -> ServeReport:
     if spec.tier not in TIERS:
         raise UserError(f"--tier {spec.tier!r}: expected one of {', '.join(TIERS)}")
+    if spec.max_load:
+        spec = replace(spec, workload=replace(spec.workload, concurrency=spec.workload.num_requests, rate=None,
+                                              warmup=0))
+    if spec.disagg is not None:
+        from perfcast.serving.serve_disagg import serve_disagg
+
+        return serve_disagg(spec)
     dep = spec.deployment
     sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
@@ -81,6 +133,8 @@ def serve(spec: ServeSpec) -> ServeReport:
         results["simulation"] = _scaled(r, ranks)
     if spec.tier in ("closed-form", "both"):
         results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, load), ranks)
+    if spec.max_load:
+        notes.append("max load: every request queued at t = 0, as trtllm-bench and vLLM's throughput benchmark run")
     return ServeReport(spec, sched, kv, mem, ranks, step.source, results, trace, tuple(notes))
 
 
@@ -127,18 +181,30 @@ def _kv_cache(spec: ServeSpec, sched: SchedulerConfig, step: StepModel) -> tuple
     return mem, sched.kv_cache(tokens, mem.kv_bytes_per_token)
 
 
-def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: StepModel,
-                 w: Workload) -> ServingResult:
-    if w.trace is not None:
-        raise UserError("--tier closed-form: the closed form takes --isl/--osl and a load, not a trace")
+def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Deployment) -> meanfield.EngineConfig:
+    """The closed form's view of one engine instance."""
     sp = spec.speculative
-    engine = meanfield.EngineConfig(
+    return meanfield.EngineConfig(
         policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
-        devices=_rank_devices(spec.deployment), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else ())
+        devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else ())
+
+
+def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
+    """The closed form's workload: the length distributions' means, the load."""
+    if w.trace is not None:
+        raise UserError("--tier closed-form: the closed form takes --isl/--osl and a load, not a trace")
     isl, osl = round(w.input_len.mean), round(w.output_len.mean)
-    load = meanfield.Workload(isl=isl, osl=max(2, osl), concurrency=w.concurrency, rate_per_s=w.rate,
-                              prefix_hit_rate=w.prefix_hit_rate)
+    return meanfield.Workload(isl=isl, osl=max(2, osl), concurrency=None if max_load else w.concurrency,
+                              rate_per_s=None if max_load else w.rate, prefix_hit_rate=w.prefix_hit_rate)
+
+
+def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: StepModel,
+                 w: Workload) -> ServingResult:
+    sp = spec.speculative
+    engine = engine_config(spec, sched, kv, spec.deployment)
+    load = mean_load(w, max_load=spec.max_load)
+    isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
     if w.input_len.kind != "fixed" or w.output_len.kind != "fixed":
         r = replace(r, notes=r.notes + (f"lengths drawn from distributions: the closed form takes their means "

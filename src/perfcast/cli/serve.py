@@ -1,0 +1,196 @@
+"""``perfcast serve``: TTFT, TPOT, ITL and throughput of a deployment under load (flags only;
+the application is :func:`perfcast.serving.serve.serve`, the report :mod:`perfcast.report.serving`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from perfcast.cli.args import Number, count, devices, given, refuse, sequences, written
+from perfcast.ir import UserError
+
+ENGINES = ("trtllm", "vllm", "sglang")
+SPECULATIVE = ("mtp", "eagle", "draft")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="TTFT, TPOT, ITL and throughput of a deployment under load",
+                       description="Serve a workload on a deployment — the engine's scheduler, its KV cache sized "
+                                   "from the memory model, every step priced by the step model — by a "
+                                   "discrete-event simulation and a closed form (docs/design/serving.md).")
+    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("--device", default="h100-sxm", help="device name (default h100-sxm; see `perfcast devices`)")
+    p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
+    p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…", help="as text-generate's --quantize")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    p.add_argument("--performance-model", default="analytic", choices=("analytic", "roofline"),
+                   help="how each step is priced: analytic (calibrated kernels, default) or roofline (datasheet)")
+    g = p.add_argument_group("layout of one engine instance (the decode pool's with --disagg)")
+    g.add_argument("--tp-size", type=devices(), default=1, help="tensor parallelism")
+    g.add_argument("--ep-size", type=devices(), default=1, help="expert parallelism")
+    g.add_argument("--dp-size", type=devices(), default=1,
+                   help="data-parallel ranks (with --attention-dp: ranks that share the MoE layers), one engine "
+                        "instance each, the load split evenly")
+    g.add_argument("--pp-size", type=devices(), default=1, help="pipeline stages (not modelled yet: refused above 1)")
+    g.add_argument("--attention-dp", action="store_true", help="MoE: dp ranks run attention on their own requests")
+    g.add_argument("--topology", metavar="NAME|FILE", help="how the devices are wired (default: the device's node)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--isl", default="1024", metavar="N|DIST",
+                   help="input length: N, uniform:LO-HI, normal:MEAN,STD or lognormal:MEAN,SIGMA (default 1024)")
+    w.add_argument("--osl", default="256", metavar="N|DIST", help="output length, as --isl (default 256)")
+    load = w.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=sequences(), help="closed loop: C clients, each sending its next "
+                                                               "request when its last completes")
+    load.add_argument("--request-rate", type=Number(positive=True, maximum=1e9, why="requests per second"),
+                      help="open loop: requests per second (Poisson; --cv for gamma)")
+    load.add_argument("--max-load", action="store_true",
+                      help="every request queued at t = 0: the saturated throughput trtllm-bench and vLLM's "
+                           "throughput benchmark measure")
+    load.add_argument("--trace", metavar="FILE", help="a trace (CSV or JSONL: arrival_s or timestamp, input_length, "
+                                                      "output_length, optional hash_ids)")
+    w.add_argument("--cv", type=Number(positive=True, maximum=100), default=1.0,
+                   help="open loop: coefficient of variation of the gaps (1: Poisson; gamma otherwise)")
+    w.add_argument("--num-requests", type=count(), default=1000, help="requests in the run (default 1000)")
+    w.add_argument("--warmup", type=count(0), help="requests excluded from the statistics (default: the first "
+                                                   "concurrency in closed loop, 10 %% in open loop)")
+    w.add_argument("--prefix-hit-rate", type=Number(minimum=0, maximum=1, why="a share"), default=0.0,
+                   help="share of each prompt's full KV blocks already cached (prefix caching)")
+    w.add_argument("--seed", type=count(0), default=0, help="seed of the lengths, arrivals and acceptances")
+    s = p.add_argument_group("engine limits (default: the engine's own, see `perfcast engines NAME`)")
+    s.add_argument("--max-batch-size", type=sequences(), help="most sequences in flight per instance")
+    s.add_argument("--max-num-tokens", type=count(), help="token budget of a step")
+    s.add_argument("--chunked-prefill", action="store_true", default=None, help="split prompts over steps")
+    s.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false", help="whole prompts")
+    s.add_argument("--kv-capacity", type=count(), metavar="TOKENS",
+                   help="KV-cache tokens per instance (default: from the memory model and the engine's memory "
+                        "fraction)")
+    x = p.add_argument_group("speculative decoding")
+    x.add_argument("--speculative", metavar="mtp:K|eagle:K|draft:MODEL:K",
+                   help="K draft tokens per step: MTP or EAGLE (one decoder layer per draft token) or a draft model")
+    x.add_argument("--acceptance", metavar="A1,A2,…", help="per-position acceptance rates (K of them)")
+    d = p.add_argument_group("disaggregated serving")
+    d.add_argument("--disagg", metavar="XpYd|auto:N",
+                   help="X prefill and Y decode instances (e.g. 1p2d), or auto:N (the best split of N instances "
+                        "for --request-rate under the SLOs, by the closed form)")
+    d.add_argument("--prefill-tp-size", type=devices(), help="the prefill instances' tp (default --tp-size)")
+    d.add_argument("--prefill-ep-size", type=devices(), help="the prefill instances' ep (default --ep-size)")
+    d.add_argument("--router", choices=("round_robin", "least_loaded"), default="round_robin",
+                   help="how requests are spread over instances (default round_robin)")
+    o = p.add_argument_group("output")
+    o.add_argument("--tier", choices=("simulation", "closed-form", "both"), default="both",
+                   help="the event simulation, the closed form, or both (default)")
+    o.add_argument("--ttft-slo", type=Number(positive=True, maximum=1e6), metavar="S", help="goodput: TTFT bound (s)")
+    o.add_argument("--tpot-slo", type=Number(positive=True, maximum=1e6), metavar="S", help="goodput: TPOT bound (s)")
+    o.add_argument("--json", action="store_true", help="print the serve document as JSON")
+    o.add_argument("--chrome-trace", metavar="FILE",
+                   help="write the simulation as a Perfetto trace (a track per engine instance, a span per "
+                        "request phase, batch and KV counters)")
+    p.set_defaults(run=run)
+
+
+def _speculative(args):
+    from perfcast.serving.sim import Speculative
+    from perfcast.serving.step import Deployment, compile_step
+
+    if not args.speculative:
+        return None
+    kind, _, rest = args.speculative.partition(":")
+    if kind not in SPECULATIVE or not rest:
+        raise UserError(f"--speculative {args.speculative!r}: expected mtp:K, eagle:K or draft:MODEL:K")
+    model, _, k_text = rest.rpartition(":") if kind == "draft" else ("", "", rest)
+    k = Number(integer=True, positive=True, maximum=16)(k_text) if k_text.strip().isdigit() else None
+    if k is None or (kind == "draft" and not model):
+        raise UserError(f"--speculative {args.speculative!r}: expected a draft count K of 1–16"
+                        + (" and a model (draft:MODEL:K)" if kind == "draft" else ""))
+    if not args.acceptance:
+        raise UserError("--speculative needs --acceptance A1,…,AK (the share of drafts accepted at each position)")
+    try:
+        acc = tuple(float(a) for a in args.acceptance.split(","))
+    except ValueError:
+        raise UserError(f"--acceptance {args.acceptance!r}: expected comma-separated numbers in 0..1") from None
+    if kind == "draft":
+        draft = compile_step(Deployment(model, args.device, args.engine, dtype=args.dtype))
+        return Speculative(k, acc, draft_step=draft)
+    from perfcast.models import load_model_config
+
+    layers = int(load_model_config(args.model).data["num_hidden_layers"])
+    # DeepSeek-V3 §2.2 (MTP: one transformer block per depth, sharing the embedding and head);
+    # EAGLE (Li et al., ICML 2024, §4): one decoder layer over the target's features
+    return Speculative(k, acc, draft_fraction=1.0 / layers)
+
+
+def _workload(args):
+    from perfcast.serving.workload import Workload, parse_lengths, read_trace
+
+    trace = read_trace(args.trace) if args.trace else None
+    concurrency = args.concurrency
+    if not (concurrency or args.request_rate or args.max_load or trace):
+        raise UserError("give a load: --concurrency C, --request-rate R, --max-load or --trace FILE")
+    return Workload(parse_lengths(args.isl, "--isl"), parse_lengths(args.osl, "--osl"),
+                    num_requests=args.num_requests if not (trace and not given(args, "--num-requests"))
+                    else len(trace.arrival_s),
+                    concurrency=concurrency, rate=args.request_rate, cv=args.cv, trace=trace, warmup=args.warmup,
+                    seed=args.seed, prefix_hit_rate=args.prefix_hit_rate)
+
+
+def _disagg(args, layout):
+    from dataclasses import replace
+
+    from perfcast.serving.serve import Disagg
+
+    if not args.disagg:
+        return None
+    text = args.disagg.strip().lower()
+    if text.startswith("auto:"):
+        n = Number(integer=True, minimum=2, maximum=4096)(text[5:])
+        counts = {"auto_instances": n}
+    else:
+        import re
+
+        m = re.fullmatch(r"(\d+)p(\d+)d", text)
+        if not m or min(int(m[1]), int(m[2])) < 1:
+            raise UserError(f"--disagg {args.disagg!r}: expected XpYd (e.g. 1p2d) or auto:N")
+        counts = {"prefill_instances": int(m[1]), "decode_instances": int(m[2])}
+    pre = replace(layout, tp=args.prefill_tp_size or layout.tp, ep=args.prefill_ep_size or layout.ep)
+    return pre, counts
+
+
+def run(args) -> int:
+    from dataclasses import replace
+
+    from perfcast.capture.parallel import Layout
+    from perfcast.report import serving as report
+    from perfcast.report.document import check, emit, write_trace
+    from perfcast.serving.serve import Disagg, ServeSpec, serve
+    from perfcast.serving.step import Deployment
+    from perfcast.serving.types import SLO
+
+    refuse(args,
+           ("--acceptance", bool(args.speculative), "applies with --speculative"),
+           ("--prefill-tp-size", bool(args.disagg), "sizes the prefill pool of --disagg"),
+           ("--prefill-ep-size", bool(args.disagg), "sizes the prefill pool of --disagg"),
+           ("--router", bool(args.disagg), "spreads requests over the pools of --disagg"),
+           ("--cv", bool(args.request_rate), "shapes the gaps of --request-rate arrivals"),
+           ("--chrome-trace", args.tier != "closed-form", "writes the simulation's timeline; --tier closed-form "
+                                                          "runs none"),
+           ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"))
+    layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
+                    attention_dp=args.attention_dp)
+    dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
+                     args.topology, args.performance_model)
+    slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
+    dis = _disagg(args, layout)
+    spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,
+                     chunked_prefill=args.chunked_prefill, kv_capacity_tokens=args.kv_capacity,
+                     speculative=_speculative(args), slo=slo, tier=args.tier, trace=bool(args.chrome_trace),
+                     max_load=args.max_load,
+                     disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
+    result = serve(spec)
+    if args.chrome_trace:
+        written("--chrome-trace", args.chrome_trace, write_trace, result.trace.events(), args.chrome_trace, "ms")
+    doc = report.to_json(result)
+    if args.json:
+        return emit(doc)
+    check(doc)
+    report.render(Console(width=max(120, Console().width)), result)
+    return 0
