@@ -130,12 +130,24 @@ def serve(spec: ServeSpec) -> ServeReport:
     if spec.tier in ("simulation", "both"):
         r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
                             slo=spec.slo, trace=spec.trace)
+        if not r.stable:
+            r = _with_saturation(r, step, kv, sched, load, dep, spec)
         results["simulation"] = _scaled(r, ranks)
     if spec.tier in ("closed-form", "both"):
         results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, load), ranks)
     if spec.max_load:
         notes.append("max load: every request queued at t = 0, as trtllm-bench and vLLM's throughput benchmark run")
     return ServeReport(spec, sched, kv, mem, ranks, step.source, results, trace, tuple(notes))
+
+
+def _with_saturation(r: ServingResult, step, kv, sched, load: Workload, dep: Deployment,
+                     spec: ServeSpec) -> ServingResult:
+    """An overloaded run's sustainable rate: the same requests all queued at t = 0 (max load)."""
+    sat, _ = simulate(step, kv, sched, replace(load, concurrency=load.num_requests, rate=None, warmup=0),
+                      devices=_rank_devices(dep), speculative=spec.speculative)
+    return replace(r, sustainable_rate=sat.requests_per_s,
+                   notes=r.notes + (f"sustainable rate: the requests/s of the same requests at max load "
+                                    f"({sat.requests_per_s:.4g}/s)",))
 
 
 def _rank_load(w: Workload, ranks: int) -> Workload:

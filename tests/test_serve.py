@@ -1,0 +1,103 @@
+"""``perfcast serve``: the application and the CLI on a real model (Llama-3.1-8B on an H100)."""
+
+import json
+
+import pytest
+
+from perfcast.capture.parallel import Layout
+from perfcast.cli.main import main
+from perfcast.serving.serve import Disagg, ServeSpec, serve
+from perfcast.serving.step import Deployment
+from perfcast.serving.workload import Lengths, Workload
+
+LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "vllm")
+
+
+def _w(**kw):
+    base = dict(input_len=Lengths("uniform", 800, 1200), output_len=Lengths("uniform", 48, 80), num_requests=160)
+    return Workload(**{**base, **kw})
+
+
+def test_both_tiers_agree_on_tpot_and_throughput_in_a_desynchronised_closed_loop():
+    rep = serve(ServeSpec(LLAMA, _w(concurrency=16)))
+    a = rep.agreement()
+    assert a["tpot_s"] == pytest.approx(1, abs=0.12)
+    assert a["output_tokens_per_s"] == pytest.approx(1, abs=0.12)
+    sim = rep.results["simulation"]
+    # the closed-loop identity, measured on the simulation's own counted requests
+    assert 16 / sim.requests_per_s == pytest.approx(sim.e2e_s.mean, rel=0.15)
+
+
+def test_data_parallel_ranks_split_the_load_and_add_their_throughput():
+    one = serve(ServeSpec(LLAMA, _w(concurrency=8), tier="simulation")).results["simulation"]
+    two = serve(ServeSpec(Deployment("llama-3.1-8b", "h100-sxm", "vllm", Layout(dp=2)), _w(concurrency=16,
+                                                                                         num_requests=320),
+                          tier="simulation")).results["simulation"]
+    assert two.devices == 2 * one.devices
+    assert two.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=1e-9)
+    assert two.tpot_s.mean == pytest.approx(one.tpot_s.mean, rel=1e-9)
+
+
+def test_max_load_is_at_least_the_throughput_of_a_small_closed_loop():
+    small = serve(ServeSpec(LLAMA, _w(concurrency=4), tier="simulation")).results["simulation"]
+    full = serve(ServeSpec(LLAMA, _w(concurrency=4), tier="simulation", max_load=True)).results["simulation"]
+    assert full.output_tokens_per_s > 3 * small.output_tokens_per_s
+
+
+def test_prefix_hits_shorten_the_time_to_first_token():
+    cold = serve(ServeSpec(LLAMA, _w(rate=4.0), tier="simulation")).results["simulation"]
+    warm = serve(ServeSpec(LLAMA, _w(rate=4.0, prefix_hit_rate=0.75), tier="simulation")).results["simulation"]
+    assert warm.ttft_s.mean < 0.6 * cold.ttft_s.mean
+
+
+def test_an_overloaded_rate_is_unstable_with_the_rate_it_sustains():
+    rep = serve(ServeSpec(LLAMA, _w(rate=500.0, num_requests=300)))
+    for r in rep.results.values():
+        assert not r.stable and r.ttft_s is None and r.tpot_s is None
+        assert 0 < r.sustainable_rate < 500
+
+
+def test_disaggregated_pools_count_both_pools_devices():
+    rep = serve(ServeSpec(LLAMA, _w(rate=2.0), disagg=Disagg(LLAMA, 1, 2)))
+    assert rep.results["simulation"].devices == 3
+    assert rep.disagg["kv_transfer"]["tier"] == "nvlink"
+    assert rep.results["closed form"].devices == 3
+
+
+def _cli(capsys, *argv):
+    code = main(["serve", "llama-3.1-8b", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_cli_prints_the_serve_document(capsys, tmp_path):
+    trace = tmp_path / "t.json"
+    code, out, _ = _cli(capsys, "--concurrency", "4", "--num-requests", "20", "--osl", "16", "--json",
+                        "--chrome-trace", str(trace))
+    assert code == 0
+    doc = json.loads(out)
+    assert {"ttft_s", "tpot_s", "itl_s", "e2e_s", "throughput", "kv_cache"} <= doc.keys()
+    assert set(doc["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("ph") == "X"} >= {"prefill", "decode"}
+
+
+@pytest.mark.parametrize("argv, says", [
+    ((), "give a load"),
+    (("--concurrency", "2", "--acceptance", "0.5"), "--acceptance: applies with --speculative"),
+    (("--concurrency", "2", "--speculative", "mtp:2"), "needs --acceptance"),
+    (("--concurrency", "2", "--speculative", "mtp:2", "--acceptance", "0.5"), "2 probabilities"),
+    (("--concurrency", "2", "--speculative", "lookahead:2", "--acceptance", "0.5"), "expected mtp:K"),
+    (("--concurrency", "2", "--disagg", "2x3"), "expected XpYd"),
+    (("--concurrency", "2", "--pp-size", "2"), "--pp-size"),
+    (("--concurrency", "2", "--cv", "2"), "--cv"),
+    (("--concurrency", "2", "--attention-dp"), "--attention-dp"),
+    (("--concurrency", "3", "--dp-size", "2"), "does not split evenly"),
+    (("--concurrency", "2", "--isl", "uniform:9-3"), "--isl"),
+    (("--concurrency", "2", "--isl", "300000", "--kv-capacity", "100000"), "can never fit"),
+    (("--concurrency", "2", "--disagg", "auto:4"), "--disagg auto"),
+])
+def test_bad_flags_are_one_line_and_exit_2(capsys, argv, says):
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert says in err and len(err.strip().splitlines()) == 1
