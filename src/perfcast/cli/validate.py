@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the datasheet roofline baseline")
     p.add_argument("--strict", action="store_true",
                    help="refuse rows whose quantization perfcast prices only approximately (int4_wo: no group size stated)")
+    p.add_argument("--serving", action="store_true",
+                   help="also replay every aggregated row with `perfcast serve` at its concurrency (TPOT and TTFT "
+                        "under load; seconds per distinct deployment)")
     p.add_argument("--rows", metavar="FILE", help="write one line per row (.csv, or .json) with its mapping and predictions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=run)
@@ -57,7 +60,7 @@ def _silicon_sample(value: str | None) -> str | None:
 def run(args) -> int:
     from perfcast.inference.textgen import PERFORMANCE_MODELS
     from perfcast.inference.validation import ValidationRequest
-    from perfcast.inference.validation import run as validate
+    from perfcast.serving.validation import run as validate
     from perfcast.report import validation as report
     from perfcast.report.document import check, emit
 
@@ -74,7 +77,7 @@ def run(args) -> int:
                             modes=tuple(args.mode), population=args.population, subset=args.subset,
                             limit=args.limit, seed=args.seed, performance_models=models,
                             baseline=not args.no_baseline, strict=args.strict)
-    doc = validate(req)
+    doc = validate(req, serving=args.serving)
     if args.rows:
         try:
             report.write_rows(doc, args.rows)

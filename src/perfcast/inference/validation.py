@@ -28,13 +28,17 @@ from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
 from perfcast.ir import UserError
 
-MAPPINGS = ("decode-step", "steady-state")
+MAPPINGS = ("decode-step", "steady-state", "serving")
 #: What each figure of the report is, as the report and the JSON state it.
 MAPPING_TEXT = {
     "decode-step": "one decode step of the whole batch (batch_size × attention_dp sequences) at context "
                    "isl + osl/2",
     "steady-state": "aggregated: the decode step + (batch per rank / osl) × one prefill of isl tokens per rank "
                     "(continuous batching in steady state); disaggregated: the decode step",
+    "serving": "with --serving: the row replayed by `perfcast serve` — its deployment, the engine's scheduler and KV "
+               "cache, its benchmark client's closed loop at the row's concurrency (InferenceX rows: lengths uniform "
+               "in [0.8·L, L], 10 × concurrency requests); the mean TPOT and TTFT over the requests "
+               "(perfcast.serving.replay)",
     "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing); static rows: the prefill of the "
             "whole batch (the first-token tables: batch 1)",
     "static": "static batch (mode static): steady-state = (one prefill of the batch + (osl − 1) decode steps at "
@@ -73,6 +77,7 @@ class Prediction:
     reason: str | None = None
     measured_share: float | None = None
     unpriced: int = 0
+    ttft_serving_ms: float | None = None
 
     def error(self, mapping: str) -> float | None:
         """Signed relative error of TPOT, (predicted − measured) / measured."""
@@ -145,6 +150,9 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
             entry["median_measured_share_decode"] = float(np.median(shares))
         s = stats(p.ttft_ms / p.case.ttft_ms - 1 for p in ok if p.ttft_ms is not None and math.isfinite(p.case.ttft_ms))
         entry["ttft"] = s.as_dict() if s else None
+        s = stats(p.ttft_serving_ms / p.case.ttft_ms - 1 for p in ok
+                  if p.ttft_serving_ms is not None and math.isfinite(p.case.ttft_ms))
+        entry["ttft-serving"] = s.as_dict() if s else None
         for mapping in MAPPINGS:
             s = stats(p.error(mapping) for p in ok)
             entry[mapping] = s.as_dict() if s else None
@@ -153,6 +161,10 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
                                     (f"concurrency>{LOW_CONCURRENCY}", lambda c: c.concurrency > LOW_CONCURRENCY)):
                     s = stats(p.error(mapping) for p in ok if keep(p.case))
                     entry[f"{mapping} {label}"] = s.as_dict() if s else None
+                    if mapping == "serving":
+                        s = stats(p.ttft_serving_ms / p.case.ttft_ms - 1 for p in ok if keep(p.case)
+                                  and p.ttft_serving_ms is not None and math.isfinite(p.case.ttft_ms))
+                        entry[f"ttft-serving {label}"] = s.as_dict() if s else None
         out["models"][m] = entry
     return out
 
@@ -298,8 +310,10 @@ def load_cases(req: ValidationRequest) -> tuple[list[Case], dict]:
                          "published_sources": sources}
 
 
-def run(req: ValidationRequest) -> dict:
-    """The whole validation as one document (see docs/design/validation.md for its keys)."""
+def run(req: ValidationRequest, augment=None) -> dict:
+    """The whole validation as one document (see docs/design/validation.md for its keys).
+    ``augment(predictions)``: a later layer's predictions added before the summaries (the
+    serving replay, :mod:`perfcast.serving.validation`)."""
     import time
 
     from perfcast.inference.steps import price
@@ -312,6 +326,10 @@ def run(req: ValidationRequest) -> dict:
     prices = price(chosen, tuple(dict.fromkeys(req.performance_models)), req.baseline)
     t2 = time.perf_counter()
     preds = predict(chosen, prices, models)
+    t3 = time.perf_counter()
+    if augment is not None:
+        preds = augment(preds)
+    t4 = time.perf_counter()
     silicon = [c for c in chosen if not c.id.startswith(_PUBLISHED)]
     everything = Population("all selected silicon rows", frozenset(c.id for c in silicon),
                             "every selected row of the silicon sample", "selected")
@@ -333,5 +351,6 @@ def run(req: ValidationRequest) -> dict:
                      "approximate": sum(bool(c.approximate) for c in chosen if c.predictable)},
             "refused": dict(Counter(c.reason for c in chosen if not c.predictable).most_common()),
             "populations": pops, "predictions": preds, "cases": chosen,
-            "timings_s": {"read_and_map": t1 - t0, "price": t2 - t1, **dict(prices.timings_s)},
+            "timings_s": {"read_and_map": t1 - t0, "price": t2 - t1, **dict(prices.timings_s),
+                          **({"serving": t4 - t3} if augment is not None else {})},
             "points": dict(prices.counts)}
