@@ -221,12 +221,11 @@ def step_capture(req: Request) -> tuple[Capture, dict | None, str]:
         if cache.valid_at(sym, pt):
             return sym, pt, "symbolic capture (cached)" if hit else "symbolic capture"
     with heap.first_capture():
-        from perfcast.capture import capture, hf_config
-        from perfcast.capture.vision_lm import ImageTokens
+        from perfcast.capture import capture, hf_config, vision_lm
 
         cap = capture(hf_config(req.model), dtype=req.dtype, batch=req.num_queries,
-                      new_tokens=req.new_tokens, past=req.context_length, decode=req.decode,
-                      reroll=req.reroll, images=ImageTokens(*req.image_tokens) if req.image_tokens else None)
+                      new_tokens=req.new_tokens, past=req.context_length, decode=req.decode, reroll=req.reroll,
+                      images=vision_lm.ImageTokens(*req.image_tokens) if req.image_tokens else None)
     return cap, None, "concrete capture"
 
 
