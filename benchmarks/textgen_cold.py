@@ -68,7 +68,7 @@ def main() -> None:
     shutil.rmtree(cache, ignore_errors=True)
     (torch_s, torch_cpu) = median(torch_runs)
     print(f"perfcast {' '.join(COMMAND[:-1])}  (median of {args.repeats} new processes; {SRC})")
-    print(f"  {'':44s} {'wall':>7s} {'':18s} {'CPU':>7s}")
+    print(f"  {'':44s} {'wall':>6s}{'':19s}{'CPU':>6s}")
     rows = [("baseline: python -c 'import torch'", torch_runs),
             ("empty capture cache (captures the model)", empty_runs),
             ("capture cache from an earlier run", cached_runs),
