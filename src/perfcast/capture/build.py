@@ -17,6 +17,7 @@ import copy
 
 import sympy
 import torch
+from torch._guards import SLoc
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
@@ -28,6 +29,16 @@ from perfcast.models import ModelConfig, architecture
 from perfcast.models.architecture import file_config
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class _ShapeEnv(ShapeEnv):
+    """A ShapeEnv that does not look up the Python source line of each symbol and guard it
+    makes. Those lines only annotate torch's debug messages, and the lookup's list of files to
+    skip (``symbolic_shapes.uninteresting_files``) imports ``torch.export`` and AOTAutograd: a
+    third of a cold capture's own time."""
+
+    def _get_stack_summary(self, is_debug: bool = False, framework_loc=None) -> tuple[SLoc, str]:
+        return SLoc(framework_loc, None), ""
 
 
 def layer_signature(layer: torch.nn.Module) -> tuple:
@@ -171,8 +182,12 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     ``past`` > 0 or decoding) ShapeEnv symbols, reported as the dims ``B``, ``S``, ``C``; the given
     sizes are then only hints. ``images``: a vision-language prefill's image tokens (M-RoPE
     positions, the image embeddings merged in, DeepStack; :mod:`perfcast.capture.vision_lm`)."""
-    shape_env = ShapeEnv(duck_shape=False) if symbolic else None
+    shape_env = _ShapeEnv(duck_shape=False) if symbolic else None
     fake = FakeTensorMode(shape_env=shape_env)
+    # FakeTensorMode's cache of op outputs pays for itself over many calls of the same ops on the
+    # same shapes; one capture runs each op a few times at most, and building and replaying
+    # entries (symbolic shapes above all) costs more than the meta kernels it saves
+    fake.cache_enabled = False
     model = build_model(config, dtype)
     arch = architecture(config.model_type)
     inner, layers, (embed, rotary, norm) = _decoder(model, arch)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import sympy
 
-from perfcast.capture import codec
+from perfcast.capture import codec, heap
 from perfcast.capture.types import Capture
 from perfcast.models import ModelConfig
 
@@ -106,14 +106,15 @@ def symbolic_capture(model: ModelConfig, *, dtype: str, decode: bool, context: b
             pass
         except Unreadable as e:
             log.debug("capture cache: %s: not used (%s); capturing anew", path, e)
-    from perfcast.capture.build import capture, hf_config
+    with heap.first_capture():
+        from perfcast.capture.build import capture, hf_config
 
-    # Distinct hints above 1: no two sizes share a symbol, none is specialised to 0 or 1.
-    hints = {"batch": 3, "new_tokens": 5, "past": 7}
-    cap = capture(hf_config(model), dtype=dtype, batch=hints["batch"],
-                  new_tokens=1 if decode else hints["new_tokens"],
-                  past=hints["past"] if (decode or context) else 0,
-                  decode=decode, symbolic=True, reroll=reroll)
+        # Distinct hints above 1: no two sizes share a symbol, none is specialised to 0 or 1.
+        hints = {"batch": 3, "new_tokens": 5, "past": 7}
+        cap = capture(hf_config(model), dtype=dtype, batch=hints["batch"],
+                      new_tokens=1 if decode else hints["new_tokens"],
+                      past=hints["past"] if (decode or context) else 0,
+                      decode=decode, symbolic=True, reroll=reroll)
     if use_cache:
         try:
             store(path, key, cap)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from perfcast import engines
-from perfcast.capture import Capture, Lowered, cache, lower
+from perfcast.capture import Capture, Lowered, cache, heap, lower
 from perfcast.capture.quant import summary as quant_summary
 from perfcast.capture import parallel as par
 from perfcast.engines.launch import Launch, launch_for
@@ -260,12 +260,12 @@ def step_capture(req: Request) -> tuple[Capture, dict | None, str]:
                                           context=context, reroll=req.reroll)
         if cache.valid_at(sym, pt):
             return sym, pt, "symbolic capture (cached)" if hit else "symbolic capture"
-    from perfcast.capture import capture, hf_config
-    from perfcast.capture.vision_lm import ImageTokens
+    with heap.first_capture():
+        from perfcast.capture import capture, hf_config, vision_lm
 
-    cap = capture(hf_config(req.model), dtype=req.dtype, batch=req.num_queries,
-                  new_tokens=req.new_tokens, past=req.context_length, decode=req.decode,
-                  reroll=req.reroll, images=ImageTokens(*req.image_tokens) if req.image_tokens else None)
+        cap = capture(hf_config(req.model), dtype=req.dtype, batch=req.num_queries,
+                      new_tokens=req.new_tokens, past=req.context_length, decode=req.decode, reroll=req.reroll,
+                      images=vision_lm.ImageTokens(*req.image_tokens) if req.image_tokens else None)
     return cap, None, "concrete capture"
 
 
