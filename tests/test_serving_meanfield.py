@@ -1,4 +1,4 @@
-"""The closed form (mean field) of serving: docs/design/serving-closed-form.md's worked example,
+"""The closed form (mean field) of serving: docs/design/serving.md's worked example,
 the closed-loop identity, monotonicity, overload, speculative decoding, prefix hits and the
 disaggregated split."""
 
@@ -23,7 +23,7 @@ ENGINE = EngineConfig(policy="vllm", max_batch=8)
 
 
 def test_worked_example_closed_loop():
-    """docs/design/serving-closed-form.md: isl 200, osl 31, step 9.25 ms + 0.1 ms/token, 8 slots.
+    """docs/design/serving.md: isl 200, osl 31, step 9.25 ms + 0.1 ms/token, 8 slots.
     At C = 8 the root is r = 0.25 prompts per step: d = 0.25 · 30 = 7.5 decodes,
     τ = 9.25 + 0.1 · 7.5 + 0.25 · (0.1 · 200) = 10 + 5 = 15 ms = TPOT,
     TTFT = 10 + 20 = 30 ms (one step carrying the whole prompt), X = 0.25 / 0.015 = 50/3 req/s,

@@ -1,0 +1,18 @@
+"""docs/design/serving.md's table of the two tiers side by side is what the code computes."""
+
+from pathlib import Path
+
+from perfcast.serving.agreement import markdown, table
+
+DOC = Path(__file__).parent.parent / "docs" / "design" / "serving.md"
+
+
+def test_the_docs_agreement_table_is_recomputed_exactly():
+    assert markdown(table()) in DOC.read_text()
+
+
+def test_the_tiers_agree_on_tpot_and_throughput_where_the_doc_says():
+    for r in table():
+        if not (r.engine == "sglang" and r.lengths == "fixed" and "closed" in r.load):
+            assert 0.85 <= r.tpot <= 1.15, r
+            assert 0.9 <= r.throughput <= 1.1, r
