@@ -27,12 +27,16 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/slow_rollup.py
 	$(VENV)/bin/python benchmarks/nccl_accuracy.py
 	$(VENV)/bin/python benchmarks/hardening_census.py
+	$(VENV)/bin/python benchmarks/step_speed.py
+	$(VENV)/bin/python benchmarks/serving_speed.py
+	$(VENV)/bin/python benchmarks/meanfield_speed.py
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py
 
 validate-serving: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_targets.py
+	$(VENV)/bin/python benchmarks/serving_targets.py
 
 # The GPU closed loop needs a CUDA GPU: this prints how to run it (docs/design/validation.md).
 gpu-loop:

@@ -113,7 +113,8 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
     pts = doc["points"]
     console.print(f"run time {tm['read_and_map'] + tm['price']:.1f} s (read and map {tm['read_and_map']:.1f} s, "
                   f"price {tm['price']:.1f} s: {pts.get('closed-form points', 0):,} decode points from closed forms, "
-                  f"{pts.get('simulated points', 0):,} points simulated)")
+                  f"{pts.get('simulated points', 0):,} points simulated)"
+                  + (f"; serving replay {tm['serving']:.1f} s" if "serving" in tm else ""))
 
 
 def to_json(doc: dict) -> dict:
@@ -145,6 +146,7 @@ def row_records(doc: dict) -> list[dict]:
             for mapping in MAPPINGS:
                 rec[f"{m} {mapping} tpot_ms"] = p.tpot_ms.get(mapping)
             rec[f"{m} ttft_ms"] = p.ttft_ms
+            rec[f"{m} serving ttft_ms"] = p.ttft_serving_ms
             rec[f"{m} not priced"] = p.reason or ""
         out.append(rec)
     return out

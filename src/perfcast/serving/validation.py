@@ -19,7 +19,9 @@ STEP_MODEL = {"analytic": "analytic", BASELINE: "roofline"}
 
 
 def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=None) -> dict[str, list[Prediction]]:
+    """``progress(done, total)``: called after each prediction (a progress bar's hook)."""
     out = {}
+    total, done = sum(len(v) for v in predictions.values()), 0
     for model, preds in predictions.items():
         step_model = STEP_MODEL.get(model)
         if step_model is None:  # the profiling model has no closed form to compile a step model from
@@ -31,8 +33,9 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
                 r = replay(p.case, step_model, seed)
                 if r.reason is None:
                     p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
+            done += 1
             if progress is not None:
-                progress()
+                progress(done, total)
             mine.append(p)
         out[model] = mine
     return out
