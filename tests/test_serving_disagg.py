@@ -34,7 +34,7 @@ def _fixed(isl, osl, **kw):
 def _hand_run():
     pre, dec = _pools(step=STEP, kv=4096, max_num_tokens=16)
     w = Workload(trace=Trace((0.0, 0.0, 0.0), (10, 6, 4), (3, 2, 3)), num_requests=3, warmup=0)
-    return simulate_disagg(pre, dec, w, transfer_s=lambda n: 0.005, trace=True)
+    return simulate_disagg(pre, dec, w, transfer_s=lambda n: 0.005, trace=True, first_token="prefill")
 
 
 def test_hand_computed_case():
@@ -99,11 +99,19 @@ def test_more_decode_instances_lower_tpot_at_high_concurrency():
     assert two.devices == 3 and one.devices == 2
 
 
+def test_from_the_decode_side_the_first_token_waits_for_the_transfer_and_a_decode_step():
+    w = _fixed(300, 20, num_requests=60, rate=2.0, seed=2)
+    at_prefill, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.05, first_token="prefill")
+    at_decode, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.05)
+    assert at_decode.ttft_s.mean > at_prefill.ttft_s.mean + 0.05
+    assert at_decode.e2e_s.mean == pytest.approx(at_prefill.e2e_s.mean, rel=1e-12)
+
+
 def test_the_transfer_delays_the_second_token_not_the_first():
     # one client, one request at a time: the transfer adds exactly to E2E, and to TPOT / (osl − 1)
     w = _fixed(500, 21, num_requests=6, concurrency=1)
-    fast, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.0)
-    slow, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.05)
+    fast, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.0, first_token="prefill")
+    slow, _ = simulate_disagg(*_pools(), w, transfer_s=lambda n: 0.05, first_token="prefill")
     assert slow.ttft_s == fast.ttft_s
     assert slow.e2e_s.mean - fast.e2e_s.mean == pytest.approx(0.05, rel=1e-9)
     assert slow.tpot_s.mean - fast.tpot_s.mean == pytest.approx(0.05 / 20, rel=1e-9)
@@ -118,7 +126,8 @@ def test_agrees_with_the_closed_form_on_poisson_arrivals():
     (an M/D/1 prefill wait against the simulation's actual batching of the prompts)."""
     isl, osl, rate, xfer = 1000, 101, 5.0, 0.01
     pre, dec = _pools(decode=2)
-    res, _ = simulate_disagg(pre, dec, _fixed(isl, osl, num_requests=1500, rate=rate), transfer_s=lambda n: xfer)
+    res, _ = simulate_disagg(pre, dec, _fixed(isl, osl, num_requests=1500, rate=rate), transfer_s=lambda n: xfer,
+                             first_token="prefill")
     engine = EngineConfig(policy="vllm", max_batch=pre.sched.max_num_seqs, max_num_tokens=pre.sched.max_num_tokens,
                           kv_capacity_tokens=500_000)
     cf = disaggregated(Pool(LINE, engine, 1), Pool(LINE, engine, 2), ClosedFormLoad(isl, osl, rate_per_s=rate), xfer)

@@ -18,9 +18,11 @@ The flow of TensorRT-LLM's disaggregated server (``tensorrt_llm/serve/openai_dis
    room (blocks for the prompt, no prefill compute: ``Engine.prefilled``), and decodes the
    remaining ``osl − 1`` tokens there. A request of one output token ends at step 2.
 
-Clocks (``vllm bench serve`` definitions, :mod:`.metrics`): TTFT = the prefill step's end − send;
-the transfer and the decode queue delay the SECOND token, so they add to E2E, to the first ITL
-gap and to TPOT (by ``transfer / (osl − 1)``), never to TTFT. One global event loop advances all
+Clocks (``vllm bench serve`` definitions, :mod:`.metrics`): by default (``first_token="decode"``,
+:data:`FIRST_TOKEN`) the client receives the first token with the decode instance's first step,
+so TTFT = prefill + transfer + the decode queue + that step; with ``first_token="prefill"`` TTFT
+is the prefill step's end and the transfer and the decode queue delay the SECOND token (they add to
+E2E, to the first ITL gap and to TPOT by ``transfer / (osl − 1)``). One global event loop advances all
 instances: a heap of arrivals, transfer arrivals, step ends and scheduling points; each instance
 runs :mod:`.sim`'s step machinery unchanged.
 """
@@ -38,6 +40,13 @@ from perfcast.ir.errors import UserError
 
 from .kvcache import BlockPool
 from .policies import SCHEDULERS, Engine
+
+#: Where the client's first token comes from: ``decode`` — the decode instance streams it with its
+#: first decode step's token (TensorRT-LLM's disaggregated server sends the context request with
+#: ``stream: False`` and streams the generation server's response,
+#: ``tensorrt_llm/serve/openai_disagg_service.py``; Dynamo's and vLLM's P/D proxies stream from the
+#: decode worker too); ``prefill`` — at the prefill step's end (a server that streams it at once).
+FIRST_TOKEN = ("decode", "prefill")
 from .scheduler import SchedulerConfig
 from .sim import Speculative, _execute, _fast_forward, _Pricer, _result, _Run
 from .simtrace import SimTrace, SimTraces
@@ -84,14 +93,18 @@ class _Instance:
 def simulate_disagg(prefill: PoolSpec, decode: PoolSpec, workload: Workload, *,
                     transfer_s: Callable[[int], float], speculative: Speculative | None = None,
                     slo: SLO | None = None, trace: bool = False,
-                    router: str = "round_robin") -> tuple[ServingResult, SimTraces | None]:
+                    router: str = "round_robin", first_token: str = "decode"
+                    ) -> tuple[ServingResult, SimTraces | None]:
     """Serve ``workload`` on the two pools; ``transfer_s(input_length)`` prices one request's KV
     transfer. Speculative decoding runs on the decode pool. Deterministic for the seed."""
+    if first_token not in FIRST_TOKEN:
+        raise UserError(f"first token: expected one of {', '.join(FIRST_TOKEN)}, got {first_token!r}")
     if router not in ROUTERS:
         raise UserError(f"--router: expected one of {', '.join(ROUTERS)}, got {router!r}")
     reqs = generate(workload)
     _check(reqs, prefill, decode, speculative.k if speculative else 0)
     loop = _Loop(prefill, decode, workload, reqs, transfer_s, speculative, router, trace)
+    loop.first_from_decode = first_token == "decode"
     loop.run()
     traces = SimTraces(tuple(x.trace for x in loop.pre + loop.dec)) if trace else None
     if traces is not None:
@@ -238,7 +251,9 @@ class _Loop:
         """Request ``i``'s prefill (and first token) ended at ``t``: its KV moves to a decode
         instance over that instance's link, after the transfers queued before it."""
         d = self.dec_run
-        d.first[i] = d.last[i] = t
+        d.last[i] = t
+        if not self.first_from_decode or self.osl[i] == 1:
+            d.first[i] = t
         if self.osl[i] == 1:
             d.first_sched[i] = t
             self._complete(i, t)

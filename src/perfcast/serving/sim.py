@@ -235,7 +235,7 @@ def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: floa
             emit = 1
             if gen[i] == 0:
                 eng.publish(i)
-        if gen[i] == 0:
+        if gen[i] == 0 or math.isnan(run.first[i]):  # (a disaggregated request's first token: from decode)
             run.first[i] = t
         elif run.counted[i]:
             run.itl_v.append(t - run.last[i])
@@ -279,8 +279,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     if not r or eng.chunked is not None:
         return None
     gen, comp, osl = eng.gen, eng.comp, eng.osl
-    if any(not eng.decoding(i) for i in r):
-        return None
+    if any(not eng.decoding(i) for i in r) or any(run.first[i] != run.first[i] for i in r):
+        return None  # (a NaN first token: a disaggregated request's first decode step comes first)
     b = len(r)
     if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
         return None
