@@ -19,12 +19,12 @@ engine's maximum batch (InferenceMAX launches ``--max-num-seqs $CONC``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfcast.hardware.spec import SpecError
-from perfcast.inference.silicon import Case
+from perfcast.inference.silicon import ONE_DECODE_WORKER, Case
 from perfcast.ir import UserError
-from perfcast.serving.serve import ServeSpec, serve
+from perfcast.serving.serve import Disagg, ServeSpec, serve
 from perfcast.serving.step import Deployment
 from perfcast.serving.workload import Lengths, Workload
 
@@ -68,14 +68,22 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
     """The aggregated row ``case`` served by the event simulation."""
     if not case.predictable:
         return Replay(reason=case.reason)
-    if case.mode != "agg":
-        return Replay(reason=f"{case.mode}: the serving replay takes aggregated rows")
+    if case.mode not in ("agg", "disagg"):
+        return Replay(reason=f"{case.mode}: the serving replay takes aggregated and disaggregated rows")
     if not case.concurrency:
         return Replay(reason="no concurrency stated: the client's load is unknown")
+    disagg = None
+    if case.mode == "disagg":
+        if case.prefill_layout is None or not case.prefill_workers or not case.decode_workers:
+            return Replay(reason="disagg: the prefill layout or the worker counts are not stated")
+        if ONE_DECODE_WORKER in case.approximate:
+            return Replay(reason="disagg: the decode batch is not stated")
+        disagg = Disagg(replace(deployment_of(case, performance_model), layout=case.prefill_layout),
+                        case.prefill_workers, case.decode_workers)
     workload, assumed = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
-                              max_batch_size=case.batch, tier="simulation"))
+                              max_batch_size=case.batch, tier="simulation", disagg=disagg))
     except (UserError, SpecError) as e:
         return Replay(reason=f"refused by perfcast serve: {e}")
     r = rep.results["simulation"]

@@ -59,6 +59,7 @@ class Disagg:
     decode_instances: int = 1
     auto_instances: int | None = None
     router: str = "round_robin"
+    prefill_max_batch_size: int | None = None
 
 
 @dataclass(frozen=True)

@@ -30,18 +30,17 @@ def serve_disagg(spec):
     d = spec.disagg
     pools = {}
     for role, dep in (("prefill", d.prefill), ("decode", spec.deployment)):
-        if dep.layout.dp > 1:
-            raise UserError(f"--disagg: the {role} pool's layout has dp {dep.layout.dp}; give each instance's "
-                            f"tp/ep and the instance counts instead")
+        # an instance of dp ranks is dp engine instances of its tp × pp devices (the load split
+        # evenly over the ranks, as in aggregated serving)
         sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
-                                 max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
-                                 chunked_prefill=spec.chunked_prefill)
+                                 max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
+                                 max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
         pools[role] = (dep, sched, step, mem, kv)
     (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, dmem, dkv) = pools["prefill"], pools["decode"]
-    x, y, chosen = d.prefill_instances, d.decode_instances, None
+    x, y, chosen = d.prefill_instances * pdep.layout.dp, d.decode_instances * ddep.layout.dp, None
     kv_bytes = (pmem.kv_bytes_per_token if pmem else pkv.bytes_per_token)
     if not kv_bytes:
         raise UserError("--disagg with --kv-capacity: the KV transfer needs the KV bytes per token of the memory "
@@ -62,6 +61,8 @@ def serve_disagg(spec):
         best, splits = mfd.choose_ratio(d.auto_instances, pre_pool, dec_pool, load,
                                         transfer(isl_mean, 1, d.auto_instances - 1).seconds, slo=spec.slo,
                                         draft=spec.speculative.draft_step if spec.speculative else None)
+        if pdep.layout.dp > 1 or ddep.layout.dp > 1:
+            raise UserError("--disagg auto with --dp-size: choose the split of single-rank instances")
         x, y = best.prefill_instances, best.decode_instances
         chosen = [{"prefill_instances": s.prefill_instances, "decode_instances": s.decode_instances,
                    "devices": s.devices, "requests_per_s": s.rate_per_s,

@@ -29,7 +29,7 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
             continue
         mine = []
         for p in preds:
-            if p.reason is None and p.case.mode == "agg":
+            if p.reason is None and p.case.mode in ("agg", "disagg"):
                 r = replay(p.case, step_model, seed)
                 if r.reason is None:
                     p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
