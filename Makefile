@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/slow_rollup.py
 	$(VENV)/bin/python benchmarks/nccl_accuracy.py
 	$(VENV)/bin/python benchmarks/hardening_census.py
+	$(VENV)/bin/python benchmarks/max_throughput_check.py
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py
