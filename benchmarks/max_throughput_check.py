@@ -20,7 +20,7 @@ How a row becomes a serve spec, and what that leaves approximate:
 A row perfcast refuses (a prompt longer than the token budget with chunked prefill off, a model
 that does not fit) is counted with its reason.
 
-    python benchmarks/max_throughput_check.py            # every row, analytic and roofline (~8 min on 2 cores)
+    python benchmarks/max_throughput_check.py            # every row, analytic and roofline (~17 min on 2 cores)
     python benchmarks/max_throughput_check.py --quick    # four rows
     python benchmarks/max_throughput_check.py --cap 30000  # the page's request counts
 """
