@@ -37,6 +37,7 @@ validate: $(STAMP)
 validate-serving: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_targets.py
 	$(VENV)/bin/python benchmarks/serving_targets.py
+	$(VENV)/bin/python benchmarks/max_throughput_check.py
 
 # The GPU closed loop needs a CUDA GPU: this prints how to run it (docs/design/validation.md).
 gpu-loop:
