@@ -88,6 +88,16 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _number(text: str, flag: str, **limits) -> int | float:
+    """A number inside a flag's value (``auto:N``, ``mtp:K``), checked as argparse checks flags."""
+    import argparse
+
+    try:
+        return Number(**limits)(text)
+    except argparse.ArgumentTypeError as e:
+        raise UserError(f"{flag}: {e}") from None
+
+
 def _speculative(args):
     from perfcast.serving.sim import Speculative
     from perfcast.serving.step import Deployment, compile_step
@@ -98,7 +108,7 @@ def _speculative(args):
     if kind not in SPECULATIVE or not rest:
         raise UserError(f"--speculative {args.speculative!r}: expected mtp:K, eagle:K or draft:MODEL:K")
     model, _, k_text = rest.rpartition(":") if kind == "draft" else ("", "", rest)
-    k = Number(integer=True, positive=True, maximum=16)(k_text) if k_text.strip().isdigit() else None
+    k = _number(k_text, "--speculative", integer=True, positive=True, maximum=16) if k_text.strip().isdigit() else None
     if k is None or (kind == "draft" and not model):
         raise UserError(f"--speculative {args.speculative!r}: expected a draft count K of 1–16"
                         + (" and a model (draft:MODEL:K)" if kind == "draft" else ""))
@@ -142,7 +152,7 @@ def _disagg(args, layout):
         return None
     text = args.disagg.strip().lower()
     if text.startswith("auto:"):
-        n = Number(integer=True, minimum=2, maximum=4096)(text[5:])
+        n = _number(text[5:], "--disagg auto:N", integer=True, minimum=2, maximum=4096)
         counts = {"auto_instances": n}
     else:
         import re
