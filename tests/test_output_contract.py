@@ -130,6 +130,7 @@ def test_memory_report_never_holds_a_negative_figure():
 
 def test_the_files_perfcast_writes_follow_their_schemas(tmp_path):
     trace, slow_trace, metrics = tmp_path / "t.json", tmp_path / "s.json", tmp_path / "m.json"
+    serve_trace = tmp_path / "serve.json"
     # the profiling model beside the analytic one: its JSON, its trace and its hits and misses
     rc, out, err = run_cli("text-generate", "qwen3-8b", "--device", "h200-sxm", "--decode", "--context-length", "512",
                            "--num-queries", "4", "--performance-model", "analytic", "--performance-model", "profiling",
@@ -141,7 +142,10 @@ def test_the_files_perfcast_writes_follow_their_schemas(tmp_path):
     assert set(doc["performance_models"]) == {"analytic", "profiling"}
     rc, _, err = run_cli("kernel", "modulo-reference", "--rollup", "slow", "--chrome-trace", str(slow_trace))
     assert rc == 0, err
-    for path in (trace, slow_trace):
+    rc, _, err = run_cli("serve", "llama-3.1-8b", "--request-rate", "4", "--num-requests", "30", "--osl", "8",
+                         "--disagg", "1p1d", "--chrome-trace", str(serve_trace))
+    assert rc == 0, err
+    for path in (trace, slow_trace, serve_trace):
         doc, = documents(path.read_text())
         assert_valid("chrome-trace", doc)
         # a Trace Event Format file still: the versions stand in its metadata, not beside traceEvents
