@@ -195,7 +195,13 @@ def run(args) -> int:
                      speculative=_speculative(args), slo=slo, tier=args.tier, trace=bool(args.chrome_trace),
                      max_load=args.max_load,
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
-    result = serve(spec)
+    import contextlib
+    import sys
+
+    busy = Console(stderr=True).status(f"serving {args.model}: compiling the step model, simulating") \
+        if sys.stderr.isatty() and not args.json else contextlib.nullcontext()
+    with busy:
+        result = serve(spec)
     if args.chrome_trace:
         written("--chrome-trace", args.chrome_trace, write_trace, result.trace.events(), args.chrome_trace, "ms")
     doc = report.to_json(result)
