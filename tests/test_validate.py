@@ -461,7 +461,7 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     assert doc["rows"]["selected"] == expected
     assert doc["rows"]["mappable"] > 0 and sum(doc["refused"].values()) == expected - doc["rows"]["mappable"]
     assert doc["baseline"] == "roofline" and doc["performance_models"] == ["analytic"]
-    assert list(doc["mapping"]) == ["decode-step", "steady-state", "ttft", "static", "assumptions"]  # the output says which
+    assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "ttft", "static", "assumptions"]  # the output says which
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
     assert set(named) == {"selected", "stated-batch", "assumed-decode-batch", "llama-3.1-8b-h100-trtllm", "stratified",
                           "published", "published-static"}
@@ -474,6 +474,9 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
             assert entry["predicted"] > 0
             for mapping in MAPPINGS:
                 s = entry[mapping]
+                if mapping == "serving":  # only with --serving (tests/test_serving_validation.py)
+                    assert s is None and entry["ttft-serving"] is None
+                    continue
                 assert s["n"] == entry["predicted"]
                 assert all(math.isfinite(s[k]) for k in ("median_abs", "p90_abs", "signed_median"))
             assert f"{MAPPINGS[0]} concurrency<=16" in entry
