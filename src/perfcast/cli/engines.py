@@ -97,6 +97,14 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
         rule, what, kernel = _rule_line(r)
         t.add_row(str(i), rule, what, kernel, r.sources[0] + (f" (+{len(r.sources) - 1} more)" if len(r.sources) > 1 else ""))
     console.print(t)
+    if p.scheduler is not None:
+        sc = Table(title=f"{p.name} scheduler ({p.scheduler.policy}; perfcast serve's defaults)")
+        for col in ("setting", "value", "source"):
+            sc.add_column(col, overflow="fold")
+        for name, setting in p.scheduler:
+            if hasattr(setting, "value") and hasattr(setting, "sources"):
+                sc.add_row(name, str(setting.value), setting.sources[0])
+        console.print(sc)
     return 0
 
 
