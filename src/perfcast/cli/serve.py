@@ -146,8 +146,6 @@ def _workload(args):
 def _disagg(args, layout):
     from dataclasses import replace
 
-    from perfcast.serving.serve import Disagg
-
     if not args.disagg:
         return None
     text = args.disagg.strip().lower()

@@ -113,6 +113,8 @@ def serve(spec: ServeSpec) -> ServeReport:
     if spec.max_load:
         spec = replace(spec, workload=replace(spec.workload, concurrency=spec.workload.num_requests, rate=None,
                                               warmup=0))
+    if spec.workload.trace is not None and spec.tier == "both":
+        spec = replace(spec, tier="simulation")  # the closed form takes lengths and a load, not a trace
     if spec.disagg is not None:
         from perfcast.serving.serve_disagg import serve_disagg
 
