@@ -101,3 +101,17 @@ def test_bad_flags_are_one_line_and_exit_2(capsys, argv, says):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and out == ""
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trace_is_replayed_by_the_simulation(capsys, tmp_path):
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 500, "output_length": 20, "hash_ids": [1, 2]}\n'
+                     '{"timestamp": 100, "input_length": 700, "output_length": 10, "hash_ids": [1, 2]}\n'
+                     '{"timestamp": 250, "input_length": 600, "output_length": 30, "hash_ids": [1, 3]}\n')
+    code, out, err = _cli(capsys, "--trace", str(trace), "--warmup", "0", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc["tiers"]) == ["simulation"] and doc["workload"]["load"]["kind"] == "trace"
+    assert doc["throughput"]["requests_per_s"] > 0
+    code, out, err = _cli(capsys, "--trace", str(trace), "--tier", "closed-form")
+    assert code == 2 and "not a trace" in err
