@@ -115,3 +115,11 @@ def test_a_trace_is_replayed_by_the_simulation(capsys, tmp_path):
     assert doc["throughput"]["requests_per_s"] > 0
     code, out, err = _cli(capsys, "--trace", str(trace), "--tier", "closed-form")
     assert code == 2 and "not a trace" in err
+
+
+def test_the_cli_max_load_queues_every_request_at_the_start(capsys):
+    code, out, err = _cli(capsys, "--max-load", "--num-requests", "64", "--osl", "16", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["workload"]["load"] == {"kind": "max-load", "requests_queued_at_start": 64}
+    assert doc["throughput"]["output_tokens_per_s"] > 0

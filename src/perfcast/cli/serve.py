@@ -133,7 +133,7 @@ def _workload(args):
     from perfcast.serving.workload import Workload, parse_lengths, read_trace
 
     trace = read_trace(args.trace) if args.trace else None
-    concurrency = args.concurrency
+    concurrency = args.num_requests if args.max_load else args.concurrency  # max load: every request at t = 0
     if not (concurrency or args.request_rate or args.max_load or trace):
         raise UserError("give a load: --concurrency C, --request-rate R, --max-load or --trace FILE")
     return Workload(parse_lengths(args.isl, "--isl"), parse_lengths(args.osl, "--osl"),

@@ -130,13 +130,13 @@ class Workload:
     def __post_init__(self):
         checked_number(self.num_requests, "--num-requests", integer=True, positive=True)
         if self.concurrency is None and self.rate is None and self.trace is None:
-            raise UserError("workload: give --concurrency (closed loop), --rate or --trace (open loop)")
+            raise UserError("workload: give --concurrency (closed loop), --request-rate or --trace (open loop)")
         if self.concurrency is not None and self.rate is not None:
-            raise UserError("workload: give --concurrency (closed loop) or --rate (open loop), not both")
+            raise UserError("workload: give --concurrency (closed loop) or --request-rate (open loop), not both")
         if self.concurrency is not None:
             checked_number(self.concurrency, "--concurrency", integer=True, positive=True)
         if self.rate is not None:
-            checked_number(self.rate, "--rate", positive=True)
+            checked_number(self.rate, "--request-rate", positive=True)
         checked_number(self.cv, "--cv", positive=True)
         checked_number(self.prefix_hit_rate, "--prefix-hit-rate", minimum=0, maximum=1)
         checked_number(self.hash_block_tokens, "--hash-block-tokens", integer=True, positive=True)
