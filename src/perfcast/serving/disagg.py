@@ -288,8 +288,11 @@ class _Loop:
         devices = prefill.instances * prefill.devices_per_instance + decode.instances * decode.devices_per_instance
         d, p = self.dec_run, self.pre_run
         res = _result(self.dec[0].eng, d, self.reqs, self.w, decode.kv, devices, slo, self.queue_at_last)
-        notes = (f"disaggregated {prefill.instances}P{decode.instances}D, {self.router} routing: TTFT ends with the "
-                 f"prefill step; the KV transfer and the decode queue delay the second token (E2E, TPOT, ITL)",
+        clock = ("TTFT: the first token streamed with the decode instance's first step (after the prefill, the KV "
+                 "transfer and the decode queue)" if self.first_from_decode else
+                 "TTFT ends with the prefill step; the KV transfer and the decode queue delay the second token "
+                 "(E2E, TPOT, ITL)")
+        notes = (f"disaggregated {prefill.instances}P{decode.instances}D, {self.router} routing; {clock}",
                  "kv_capacity_tokens, kv_peak_tokens: one decode instance's (the peak over the decode instances); "
                  "mean_batch: sequences per decode step; steps: both pools'",
                  f"prefill pool: {p.steps} steps, {p.seq_steps / p.steps if p.steps else 0:.4g} prompts per step")
