@@ -3,7 +3,6 @@ docs/design/serving.md, Little's law across both pools, what the decode pool and
 change, agreement with the closed form, determinism, and the errors."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,10 @@ from perfcast.serving.sim import Speculative
 from perfcast.serving.types import AffineStep
 from perfcast.serving.workload import Lengths, Trace, Workload
 
-DOC = Path(__file__).parent.parent / "docs" / "design" / "serving.md"
+from serving_doc import table
+
+CASE = "Disaggregated: a hand-computed case"  # docs/design/serving.md
+
 STEP = AffineStep(fixed_s=0.010, per_token_s=0.001)   # a step of T tokens: 10 + T ms
 LINE = AffineStep(0.005, 2e-5, 1e-8)
 
@@ -48,33 +50,21 @@ def test_hand_computed_case():
     assert res.devices == 2 and res.output_tokens_per_s_per_device == pytest.approx(4 / 0.076, rel=1e-12)
 
 
-def _doc_table(header: str) -> list[list[str]]:
-    section = DOC.read_text().split("## Disaggregated: a hand-computed case")[1].split("\n## ")[0]
-    lines = section.splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith(header))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
-
-
 def test_hand_computed_case_matches_the_design_doc():
     _, tr = _hand_run()
     pre, dec = tr.by_name("prefill 0"), tr.by_name("decode 0")
     spans = {(i, phase): (a, b) for t in (pre, dec) for i, phase, a, b in t.spans}
     ms = pytest.approx
-    for k, (name, isl, osl, ttft, tpot) in enumerate(_doc_table("| request | input |")):
+    for k, (name, isl, osl, ttft, tpot) in enumerate(table(CASE, "| request | input |")):
         assert name == f"R{k}"
         first, finish = spans[(k, "prefill")][1], spans[(k, "decode")][1]
         assert first * 1e3 == ms(float(ttft), rel=1e-12)
         assert (finish - first) / (int(osl) - 1) * 1e3 == ms(float(tpot), rel=1e-12)
-    for k, (name, ends, starts, arrives) in enumerate(_doc_table("| request | prefill ends")):
+    for k, (name, ends, starts, arrives) in enumerate(table(CASE, "| request | prefill ends")):
         assert spans[(k, "prefill")][1] * 1e3 == ms(float(ends), rel=1e-12)
         assert [x * 1e3 for x in spans[(k, "transfer")]] == ms([float(starts), float(arrives)], rel=1e-12)
-    assert [c[0] * 1e3 for c in pre.counters] == ms([float(r[4]) for r in _doc_table("| step | scheduled (tokens)")])
-    assert [c[0] * 1e3 for c in dec.counters] == ms([float(r[4]) for r in _doc_table("| step | scheduled |")])
+    assert [c[0] * 1e3 for c in pre.counters] == ms([float(r[4]) for r in table(CASE, "| step | scheduled (tokens)")])
+    assert [c[0] * 1e3 for c in dec.counters] == ms([float(r[4]) for r in table(CASE, "| step | scheduled |")])
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

@@ -4,7 +4,6 @@ overload, and the three engines' schedulers where they differ."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -15,7 +14,10 @@ from perfcast.serving.sim import Speculative, simulate
 from perfcast.serving.types import SLO, AffineStep
 from perfcast.serving.workload import Lengths, Trace, Workload
 
-DOC = Path(__file__).parent.parent / "docs" / "design" / "serving.md"
+from serving_doc import section, table
+
+SCHEDULE = "A hand-computed schedule"  # docs/design/serving.md
+
 STEP = AffineStep(fixed_s=0.010, per_token_s=0.001)  # a step of T tokens: 10 + T ms
 FAST = AffineStep(fixed_s=0.010, per_token_s=1e-5)   # 10 ms + 10 us per token
 
@@ -40,35 +42,23 @@ def test_hand_computed_schedule():
     assert res.output_tokens_per_s == pytest.approx(8 / 0.075, rel=1e-12)
 
 
-def _doc_table(header: str) -> list[list[str]]:
-    section = DOC.read_text().split("## A hand-computed schedule")[1].split("\n## ")[0]
-    lines = section.splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith(header))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
-
-
 def test_hand_computed_schedule_matches_the_design_doc():
     _, tr = _hand_run(trace=True)
     spans = {(i, phase): (a, b) for i, phase, a, b in tr.spans}
-    rows = _doc_table("| request |")
+    rows = table(SCHEDULE, "| request |")
     assert [r[0] for r in rows] == ["R0", "R1", "R2"]
     for k, (name, isl, osl, ttft_ms, tpot_ms) in enumerate(rows):
         first = spans[(k, "decode")][0]
         finish = spans[(k, "decode")][1]
         assert first * 1e3 == pytest.approx(float(ttft_ms), rel=1e-12)
         assert (finish - first) / (int(osl) - 1) * 1e3 == pytest.approx(float(tpot_ms), rel=1e-12)
-    ends = [float(r[4]) for r in _doc_table("| step |")]
+    ends = [float(r[4]) for r in table(SCHEDULE, "| step |")]
     assert [c[0] * 1e3 for c in tr.counters] == pytest.approx(ends, rel=1e-12)
 
 
 def test_speculative_example_of_the_design_doc():
-    section = DOC.read_text().split("## Speculative decoding")[1].split("\n## ")[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+    text = section("Speculative decoding")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
             if re.match(r"\| \d", line)]
     assert len(rows) == 2
     for k, acc, expected in rows:
