@@ -127,6 +127,17 @@ class Engine:
                 cached -= self.bs
             self.comp[i] = cached
 
+    def admit(self, i: int, tokens: int) -> bool:
+        """Move the head of the waiting queue, ``i``, into the running batch holding blocks for
+        ``tokens`` tokens; False (its prefix hits given back, the queue unchanged) if the blocks
+        are not to be had."""
+        if not self.grow(i, tokens):
+            self.undo_prefix(i)
+            return False
+        self.waiting.popleft()
+        self.running.append(i)
+        return True
+
     def undo_prefix(self, i: int) -> None:
         """A request not admitted after all gives its prefix hits back."""
         if self.own[i] == 0 and not self.prefilled[i]:
@@ -202,11 +213,8 @@ def _admit_budgeted(e: Engine, out: Planned, budget: int) -> None:
             e.undo_prefix(i)
             break
         n = min(need, budget)
-        if not e.grow(i, e.comp[i] + n):
-            e.undo_prefix(i)
+        if not e.admit(i, e.comp[i] + n):
             break
-        e.waiting.popleft()
-        run.append(i)
         out.append((i, n, dec))
         budget -= n
 
@@ -277,11 +285,8 @@ def _sglang_prefill(e: Engine) -> Planned:
             e.undo_prefix(i)
             break
         n = int(min(need, chunk))
-        if not e.grow(i, e.comp[i] + n):
-            e.undo_prefix(i)
+        if not e.admit(i, e.comp[i] + n):
             break
-        e.waiting.popleft()
-        run.append(i)
         out.append((i, n, False))
         rem_total -= total
         chunk -= n
@@ -312,11 +317,8 @@ def schedule_trtllm(e: Engine) -> Planned:
     while e.waiting and len(run) < cap:
         i = e.waiting[0]
         e.start_prefix(i)
-        if not e.grow(i, e.isl[i] + e.osl[i] - 1 + e.k):   # the whole sequence, reserved now
-            e.undo_prefix(i)
+        if not e.admit(i, e.isl[i] + e.osl[i] - 1 + e.k):   # the whole sequence, reserved now
             break
-        e.waiting.popleft()
-        run.append(i)
     budget, out = cfg.max_num_tokens, []
     for i in run:
         if e.decoding(i):
