@@ -54,6 +54,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from census_cases import DIR, POPULATIONS, Case, generate  # noqa: E402
 
+# the verdict on a result is the fuzzing harness's (tests/fuzzing.py): the same promise, one checker
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fuzzing import figure_problems, json_documents  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ("answered", "traceback", "hung", "absurd", "flood", "mute")
 MAX_LINE_CHARS, MAX_ERROR_LINES = 400, 40
@@ -207,43 +211,6 @@ class SpawnWorker:
 
 # --- the verdict --------------------------------------------------------------------------------
 
-_NONNEGATIVE = re.compile(r"(_s|_ms|_us|_bytes|_flops|bytes|seconds|time|latency|memory|capacity|"
-                          r"tokens_per_s|throughput|count|size)$")
-_SIGNED = re.compile(r"(error|signed|delta|free|margin|residual|offset|diff)", re.I)
-
-
-def figure_problems(doc, where: str = "$") -> list[str]:
-    """Where a parsed JSON document holds a non-finite number, or a negative one under a key that
-    names a time, size, memory or count (as tests/fuzzing.py checks, which a checkout before the
-    hardening lacks)."""
-    problems = []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                if isinstance(v, float) and not math.isfinite(v):
-                    problems.append(f"{where}.{k} = {v}")
-                elif v < 0 and _NONNEGATIVE.search(str(k)) and not _SIGNED.search(str(k)):
-                    problems.append(f"{where}.{k} = {v} (negative)")
-            else:
-                problems += figure_problems(v, f"{where}.{k}")
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            problems += figure_problems(v, f"{where}[{i}]")
-    elif isinstance(doc, float) and not math.isfinite(doc):
-        problems.append(f"{where} = {doc}")
-    return problems
-
-
-def _documents(text: str) -> list:
-    text = text.strip()
-    if not text or text[0] not in "[{":
-        return []
-    try:
-        return [json.loads(text)]
-    except json.JSONDecodeError:  # JSON lines (op --batch --json)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def _times(doc) -> list[float]:
     """Every ``time_s`` in a document."""
     if isinstance(doc, dict):
@@ -274,7 +241,7 @@ def classify(case: Case, rc: int | None, out: str, err: str, ran_code: bool) -> 
             return "answered", lines[0][:200]
         return "mute", f"exit 2, stdout: {out.strip()[:150]!r}" if out.strip() else "exit 2 and not a word"
     try:
-        docs = _documents(out)
+        docs = json_documents(out)
     except json.JSONDecodeError as e:
         return "absurd", f"--json printed what is not JSON ({e})"
     for doc in docs:

@@ -84,7 +84,8 @@ def figure_problems(doc, where: str = "$") -> list[str]:
     return problems
 
 
-def _json_documents(text: str):
+def json_documents(text: str) -> list:
+    """The JSON documents of a command's output: one, or one per line (JSON lines)."""
     text = text.strip()
     if not text or text[0] not in "[{":
         return []
@@ -107,7 +108,7 @@ def check_answered(rc: int, out: str, err: str, case: object = None) -> None:
         assert len(lines) <= MAX_ERROR_LINES, f"{len(lines)} error lines for {case!r}"
         assert "error" in lines[0], f"exit 2 but the first line is not an error for {case!r}: {lines[0]}"
         return
-    for doc in _json_documents(out):
+    for doc in json_documents(out):
         bad = figure_problems(doc)
         assert not bad, f"absurd figures for {case!r}: {bad[:5]}"
     assert not re.search(r"\b(nan|inf|-inf|Infinity)\b", out, re.I) or out.lstrip().startswith(("{", "[")), \
