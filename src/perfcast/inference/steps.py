@@ -176,7 +176,7 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     # launches): points that decide alike share one lowering, its sizes symbolic
     parts: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     for p in exact:
-        parts[_decisions(profile, proto, p)].append(p)
+        parts[decisions(profile, proto, p[0])].append(p)
     for part in parts.values():
         rep = part[0]
         low = lower(applied.capture, quantize=quant.plan, model_dtype=proto.dtype,
@@ -202,14 +202,14 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     return [p for p in points if p not in set(exact)]
 
 
-def _decisions(profile, req: Request, p: tuple[int, int]) -> tuple:
-    """What the engine decides by size for the decode step of ``p`` (batch per rank): its launch
-    mode and its all-reduce choices (messages of batch × hidden in the model dtype)."""
-    batch = p[0]
+def decisions(profile, req: Request, tokens: int, decode: bool = True) -> tuple:
+    """What the engine decides by size for a step of ``tokens`` tokens on one device (a decode
+    step: its sequences): its launch mode and its all-reduce choices (messages of tokens × hidden
+    in the model dtype). Two steps with equal tuples share one lowering."""
     hidden = int(req.model.data["hidden_size"])
-    launch = engines.launch_for(profile, decode=True, tokens=batch, device=req.device)
-    nbytes = batch * hidden * int(itemsize(req.dtype))
-    return (launch.mode, engines.size_decisions(profile, tokens=batch, nbytes=nbytes))
+    launch = engines.launch_for(profile, decode=decode, tokens=tokens, device=req.device)
+    nbytes = tokens * hidden * int(itemsize(req.dtype))
+    return (launch.mode, engines.size_decisions(profile, tokens=tokens, nbytes=nbytes))
 
 
 def _simulate(group: Group, p: tuple[int, int], models: list[str]) -> dict[str, StepTime]:

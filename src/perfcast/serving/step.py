@@ -48,8 +48,9 @@ from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
 from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
+from perfcast.inference.steps import decisions
 from perfcast.inference.textgen import Request, make_model, simulate
-from perfcast.ir import UserError, dim, itemsize
+from perfcast.ir import UserError, dim
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving.types import Mix
 
@@ -144,7 +145,7 @@ class StepModel:
             make_model(dep.performance_model, proto.device, None, mesh, self.profile)
         groups: dict[tuple, list[int]] = defaultdict(list)
         for t in range(1, self.max_tokens + 1):
-            groups[self._decisions(decode, t)].append(t)
+            groups[decisions(self.profile, proto, t, decode)].append(t)
         out = {}
         for key, tokens in groups.items():
             rep = tokens[len(tokens) // 2]
@@ -156,12 +157,6 @@ class StepModel:
             out[key] = (self._parts(rollup(low.graph, pm, LaunchModel(launch.mode, launch.host_interval_s)),
                                     pm, decode), tokens)
         return out
-
-    def _decisions(self, decode: bool, tokens: int) -> tuple:
-        """What the engine decides by size for a step of ``tokens`` tokens on one device."""
-        launch = engines.launch_for(self.profile, decode=decode, tokens=tokens, device=self.proto.device)
-        nbytes = tokens * int(self.proto.model.data["hidden_size"]) * int(itemsize(self.deployment.dtype))
-        return (launch.mode, engines.size_decisions(self.profile, tokens=tokens, nbytes=nbytes))
 
     @staticmethod
     def _parts(r, pm, decode: bool) -> _Part:
