@@ -37,7 +37,7 @@ from scipy.optimize import brentq
 
 from perfcast.ir import UserError
 from perfcast.serving.queueing import md1_wait, share_within, wait_tail
-from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary
+from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary, expected_tokens_per_step
 
 POLICIES = ("vllm", "sglang", "trtllm")
 _XTOL, _RTOL = 1e-14, 1e-15
@@ -104,18 +104,6 @@ class Workload:
     @cached_property
     def prefill_tokens(self) -> int:
         return self.isl - self.hit_tokens
-
-
-def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:
-    """Tokens a sequence gains per verify step: ``E = 1 + Σ_i Π_{j≤i} a_j`` — draft ``i`` counts
-    only if drafts ``1 … i`` are all accepted, and the verify step always yields one token (the
-    bonus or the correction); Leviathan et al. 2023, "Fast Inference from Transformers via
-    Speculative Decoding", eq. (1) with per-position rates."""
-    total, run = 1.0, 1.0
-    for a in acceptance:
-        run *= a
-        total += run
-    return total
 
 
 @dataclass(frozen=True)

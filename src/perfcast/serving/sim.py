@@ -27,7 +27,7 @@ from .metrics import goodput, per_user_tokens_per_s, request_metrics, summarize,
 from .policies import SCHEDULERS, Engine
 from .scheduler import SchedulerConfig
 from .simtrace import SimTrace
-from .types import SLO, Chunk, KVCache, Mix, ServingResult, StepCost
+from .types import SLO, Chunk, KVCache, Mix, ServingResult, StepCost, expected_tokens_per_step
 from .workload import Requests, Workload, generate
 
 #: an open-loop run is overloaded when requests still wait at the last arrival (at least this
@@ -61,7 +61,7 @@ class Speculative:
     @property
     def expected_tokens_per_step(self) -> float:
         """1 + Σ_i Π_{j≤i} a_j: the bonus token plus each accepted draft."""
-        return 1.0 + float(np.sum(np.cumprod(self.acceptance)))
+        return expected_tokens_per_step(self.acceptance)
 
 
 class _Run:

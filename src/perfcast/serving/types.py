@@ -78,6 +78,18 @@ class AffineStep:
         return self.fixed_s + self.per_token_s * mix.tokens + self.per_context_s * keys
 
 
+def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:
+    """Tokens a sequence gains per verify step: ``E = 1 + Σ_i Π_{j≤i} a_j`` — draft ``i`` counts
+    only if drafts ``1 … i`` are all accepted, and the verify step always yields one token (the
+    bonus or the correction); Leviathan et al. 2023, "Fast Inference from Transformers via
+    Speculative Decoding", eq. (1) with per-position rates."""
+    total, run = 1.0, 1.0
+    for a in acceptance:
+        run *= a
+        total += run
+    return total
+
+
 @dataclass(frozen=True)
 class KVCache:
     """The KV cache of one engine instance: ``capacity_tokens`` slots in blocks of
