@@ -206,5 +206,5 @@ def run(args) -> int:
     if args.json:
         return emit(doc)
     check(doc)
-    report.render(Console(width=max(120, Console().width)), result)
+    report.render(Console(width=max(120, Console().width)), result, doc)
     return 0

@@ -90,8 +90,8 @@ def _ms(s: Summary | None, key: str) -> str:
     return "—" if s is None else f"{getattr(s, key) * 1e3:,.2f}"
 
 
-def render(console: Console, report) -> None:
-    doc = to_json(report)
+def render(console: Console, report, doc: dict) -> None:
+    """The tables of ``report``; ``doc`` is its :func:`to_json` document (already checked)."""
     dep = report.spec.deployment
     console.print(f"[bold]perfcast serve[/bold] {dep.model} on {dep.device} ({dep.layout.describe()}), "
                   f"engine {doc['engine']}; load: {report.load_text()}")
