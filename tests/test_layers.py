@@ -11,8 +11,8 @@ import perfcast
 ROOT = Path(perfcast.__file__).parent
 # A package may import only packages of a strictly lower rank (and itself).
 RANK = {"ir": 0, "inputs": 1, "dsl": 2, "hardware": 2, "models": 2, "data": 2, "perf": 3, "kernels": 3,
-        "capture": 3, "rollup": 4, "db": 4, "engines": 4, "inference": 5, "serving": 6, "report": 7, "profiler": 6,
-        "cli": 8}
+        "capture": 3, "rollup": 4, "db": 4, "engines": 4, "inference": 5, "serving": 6, "search": 7, "report": 8, "profiler": 6,
+        "cli": 9}
 
 
 def _imports(path: Path):

@@ -19,9 +19,9 @@ def build_parser() -> Parser:
                                                   "memory they need, on hardware you do not own.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     from perfcast.cli import (calibrate, collective, db, devices, engines, kernel, kernels, models, op,
-                              profile, schema, serve, textgen, validate)
+                              optimize, profile, schema, serve, textgen, validate)
 
-    for module in (devices, engines, kernels, kernel, models, textgen, serve, op, profile, db, calibrate,
+    for module in (devices, engines, kernels, kernel, models, textgen, serve, optimize, op, profile, db, calibrate,
                    collective, validate, schema):
         module.add_parser(sub)
     devices.add_topologies_parser(sub)

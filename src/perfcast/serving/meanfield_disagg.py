@@ -139,7 +139,7 @@ class Split:
     output_tokens_per_s_per_device: float
 
 
-def _best_rate(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float, slo: SLO | None,
+def best_rate(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float, slo: SLO | None,
                draft: StepCost | None) -> float:
     """The supremum of stable rates meeting ``slo`` (mean latencies rise with the rate): the
     sustainable rate without SLOs or when they hold up to it, else the root of the SLO margin."""
@@ -171,7 +171,7 @@ def choose_ratio(instances: int, prefill: Pool, decode: Pool, load: Workload, kv
     for x in range(1, instances):
         pre, dec = replace(prefill, instances=x), replace(decode, instances=instances - x)
         devices = x * pre.engine.devices + dec.instances * dec.engine.devices
-        rate = _best_rate(pre, dec, load, kv_transfer_s, slo, draft)
+        rate = best_rate(pre, dec, load, kv_transfer_s, slo, draft)
         splits.append(Split(x, dec.instances, devices, rate, rate * load.osl / devices))
     best = max(splits, key=lambda s: (s.output_tokens_per_s_per_device, -s.prefill_instances))
     return best, tuple(splits)

@@ -181,6 +181,10 @@ def _max_tokens(sched: SchedulerConfig, w: Workload, k: int) -> int:
     return max(sched.max_num_tokens, seqs * (1 + k) + sched.max_num_tokens)
 
 
+class DoesNotFit(UserError):
+    """The deployment leaves no KV cache on its devices (a search counts it as "does not fit")."""
+
+
 def _kv_cache(spec: ServeSpec, sched: SchedulerConfig, step: StepModel) -> tuple[Memory | None, KVCache]:
     if spec.kv_capacity_tokens is not None:
         return None, sched.kv_cache(spec.kv_capacity_tokens)
@@ -188,7 +192,7 @@ def _kv_cache(spec: ServeSpec, sched: SchedulerConfig, step: StepModel) -> tuple
     tokens = kv_capacity_tokens(mem, sched.memory_fraction, KV_BASIS[sched.policy], sched.block_size)
     if tokens < sched.block_size:
         gb = 1e9
-        raise UserError(
+        raise DoesNotFit(
             f"{spec.deployment.model} does not fit {spec.deployment.device} for serving: weights "
             f"{mem.weights_bytes / gb:.1f} GB + activations {mem.activation_bytes / gb:.1f} GB leave no KV cache "
             f"within {sched.memory_fraction:g} of {mem.capacity_bytes / gb:.0f} GB per device; use more devices "

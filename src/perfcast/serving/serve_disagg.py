@@ -11,7 +11,7 @@ highest rate within the SLOs) and then simulated.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from perfcast.hardware.topology import resolve_topology
 from perfcast.inference.textgen import default_topology
@@ -23,9 +23,24 @@ from perfcast.serving.step import compile_step
 from perfcast.serving.transfer import kv_transfer
 
 
-def serve_disagg(spec):
-    from perfcast.serving.serve import (ServeReport, _kv_cache, _max_tokens, _rank_devices, engine_config,
-                                        mean_load)
+@dataclass(frozen=True)
+class Pools:
+    """Both pools of a disaggregated spec, compiled: each side's deployment, scheduler, step model,
+    memory and KV cache, the closed form's view of one instance of each (``instances`` from the
+    spec), and the KV transfer of ``tokens`` between them on a topology of ``x`` prefill and ``y``
+    decode instances."""
+
+    prefill: tuple
+    decode: tuple
+    pre_pool: mfd.Pool
+    dec_pool: mfd.Pool
+    transfer: object
+
+
+def pools_of(spec) -> Pools:
+    """The pools of ``spec`` (its ``disagg`` set), compiled once; :func:`serve_disagg` and the
+    deployment search (:mod:`perfcast.search.optimize`) both start here."""
+    from perfcast.serving.serve import _kv_cache, _max_tokens, _rank_devices, engine_config
 
     d = spec.disagg
     pools = {}
@@ -40,20 +55,31 @@ def serve_disagg(spec):
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
         pools[role] = (dep, sched, step, mem, kv)
     (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, dmem, dkv) = pools["prefill"], pools["decode"]
-    x, y, chosen = d.prefill_instances * pdep.layout.dp, d.decode_instances * ddep.layout.dp, None
     kv_bytes = (pmem.kv_bytes_per_token if pmem else pkv.bytes_per_token)
     if not kv_bytes:
         raise UserError("--disagg with --kv-capacity: the KV transfer needs the KV bytes per token of the memory "
                         "model; drop --kv-capacity")
     topo_of = _topology(spec.deployment)
-    isl_mean = round(spec.workload.input_len.mean)
 
     def transfer(tokens: int, x: int, y: int):
         return kv_transfer(topo_of(x * _rank_devices(pdep) + y * _rank_devices(ddep)), kv_bytes_per_token=kv_bytes,
                            tokens=int(tokens), prefill_devices=_rank_devices(pdep), decode_devices=_rank_devices(ddep))
 
+    x, y = d.prefill_instances * pdep.layout.dp, d.decode_instances * ddep.layout.dp
     pre_pool = mfd.Pool(pstep, engine_config(replace(spec, speculative=None), psched, pkv, pdep), x)
     dec_pool = mfd.Pool(dstep, engine_config(spec, dsched, dkv, ddep), y)
+    return Pools(pools["prefill"], pools["decode"], pre_pool, dec_pool, transfer)
+
+
+def serve_disagg(spec):
+    from perfcast.serving.serve import ServeReport, _rank_devices, mean_load
+
+    d = spec.disagg
+    p = pools_of(spec)
+    (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, dmem, dkv) = p.prefill, p.decode
+    pre_pool, dec_pool, transfer = p.pre_pool, p.dec_pool, p.transfer
+    x, y, chosen = pre_pool.instances, dec_pool.instances, None
+    isl_mean = round(spec.workload.input_len.mean)
     if d.auto_instances is not None:
         load = mean_load(spec.workload)
         if load.rate_per_s is None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import sympy
@@ -300,11 +300,13 @@ def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:
-    """The step model of ``deployment`` (see :class:`StepModel`), memoised per process."""
-    key = (deployment, int(max_tokens))
-    if key not in _COMPILED:
-        _COMPILED[key] = StepModel(deployment, max_tokens=max_tokens)
-    return _COMPILED[key]
+    """The step model of ``deployment`` (see :class:`StepModel`), memoised per process: one
+    compiled for at least ``max_tokens`` is reused (its dense table holds every smaller step's
+    exact price), so a search over batch limits compiles each deployment once."""
+    have = _COMPILED.get(deployment)
+    if have is None or have.max_tokens < int(max_tokens):
+        _COMPILED[deployment] = StepModel(deployment, max_tokens=max_tokens)
+    return _COMPILED[deployment]
 
 
 _COMPILED: dict = {}
@@ -321,6 +323,7 @@ class Memory:
     kv_bytes_per_token: int
 
 
+@lru_cache(maxsize=1024)
 def memory_of(deployment: Deployment, max_tokens: int) -> Memory:
     """The memory report of a prefill of ``max_tokens`` tokens in one sequence (the engines size
     their activation workspace by their largest step: vLLM ``profile_run`` with

@@ -1,0 +1,131 @@
+"""``perfcast optimize``: the best deployment under TTFT/TPOT objectives, the Pareto front and why the
+rest were rejected (flags only; the application is :func:`perfcast.search.optimize.optimize`, the
+report :mod:`perfcast.report.search`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from perfcast.cli.args import Number, count, devices, sequences, written
+from perfcast.ir import UserError
+
+ENGINES = ("trtllm", "vllm", "sglang")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("optimize", help="the best deployment under TTFT/TPOT objectives, and the Pareto front",
+                       description="Search device types, layouts (TP, EP, attention DP; PP counted, not modelled), "
+                                   "batch limits and quantization for the most output tokens/s per device under "
+                                   "the TTFT and TPOT objectives: every candidate screened in closed form, the "
+                                   "front and the best confirmed by the event simulation (docs/design/search.md).")
+    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("--devices", default="h200-sxm", metavar="D1,D2,…",
+                   help="device types to search (default h200-sxm; see `perfcast devices`)")
+    p.add_argument("--total-devices", type=devices(), default=8, help="devices of the deployment (default 8)")
+    p.add_argument("--isl", type=count(), default=4000, help="input tokens per request (default 4000)")
+    p.add_argument("--osl", type=count(minimum=2), default=500, help="output tokens per request (default 500)")
+    p.add_argument("--ttft", type=Number(positive=True, maximum=1e6), default=2.0, metavar="S",
+                   help="TTFT objective in seconds, on the mean (default 2)")
+    p.add_argument("--tpot", type=Number(positive=True, maximum=1e6), default=0.03, metavar="S",
+                   help="TPOT objective in seconds, on the mean (default 0.03)")
+    p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
+    p.add_argument("--serving-mode", choices=("agg", "disagg", "both"), default="agg",
+                   help="aggregated (default), disaggregated, or both")
+    p.add_argument("--quantize", action="append", metavar="SCHEME|none",
+                   help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
+                        "repeat to search several (default: none)")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
+    p.add_argument("--batch-sizes", metavar="B1,B2,…",
+                   help="batch limits per instance rank to search (default 1,2,4,…,512)")
+    p.add_argument("--instance-sizes", metavar="S1,S2,…",
+                   help="devices per engine instance to search (default: every power of two dividing "
+                        "--total-devices)")
+    p.add_argument("--max-num-tokens", type=count(), help="token budget of a step (default: the engine's)")
+    p.add_argument("--performance-model", default="analytic", choices=("analytic", "roofline"),
+                   help="how each step is priced (default analytic)")
+    p.add_argument("--confirm", type=count(0, 256), default=4,
+                   help="best closed-form candidates under the SLOs to confirm by simulation, beside the front "
+                        "(default 4)")
+    p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
+    p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
+    p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
+    p.set_defaults(run=run)
+
+
+def _ints(text: str | None, flag: str, kind) -> tuple[int, ...] | None:
+    import argparse
+
+    if text is None:
+        return None
+    try:
+        values = tuple(kind(v.strip()) for v in text.split(",") if v.strip())
+    except argparse.ArgumentTypeError as e:
+        raise UserError(f"{flag}: {e}") from None
+    if not values:
+        raise UserError(f"{flag} {text!r}: expected comma-separated positive integers")
+    return tuple(sorted(set(values)))
+
+
+def _devices(text: str) -> tuple[str, ...]:
+    from perfcast.hardware import get_device
+
+    names = tuple(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
+    if not names:
+        raise UserError(f"--devices {text!r}: expected comma-separated device names (see `perfcast devices`)")
+    for n in names:
+        get_device(n)  # an unknown name: one line naming it
+    return names
+
+
+def run(args) -> int:
+    import sys
+
+    from perfcast.report import search as report
+    from perfcast.report.document import check, emit
+    from perfcast.search.optimize import SearchSpec, optimize
+    from perfcast.search.space import BATCHES
+    from perfcast.serving.types import SLO
+
+    sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
+    if sizes and any(args.total_devices % s for s in sizes):
+        bad = next(s for s in sizes if args.total_devices % s)
+        raise UserError(f"--instance-sizes {bad} does not divide --total-devices {args.total_devices}")
+    quantize = tuple(None if q.strip().lower() == "none" else q.strip() for q in args.quantize or ["none"])
+    spec = SearchSpec(args.model, _devices(args.devices), args.total_devices, args.isl, args.osl,
+                      SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine,
+                      modes=("agg", "disagg") if args.serving_mode == "both" else (args.serving_mode,),
+                      quantize=tuple(dict.fromkeys(quantize)),
+                      batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,
+                      max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
+                      performance_model=args.performance_model, confirm=args.confirm, seed=args.seed)
+    show = sys.stderr.isatty() and not args.json
+    with _progress(show) as hook:
+        result = optimize(spec, progress=hook)
+    if args.save_dir:
+        written("--save-dir", args.save_dir, report.save, result, args.save_dir)
+    doc = report.to_json(result)
+    if args.json:
+        return emit(doc)
+    check(doc)
+    report.render(Console(width=max(120, Console().width)), result, doc)
+    return 0
+
+
+def _progress(show: bool):
+    """A rich progress bar on stderr over the deployments screened (a terminal only)."""
+    import contextlib
+
+    if not show:
+        return contextlib.nullcontext(None)
+    from rich.progress import Progress
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            task = prog.add_task("screening", total=None)
+
+            def hook(done, total, what):
+                prog.update(task, completed=done, total=total, description=f"screening {what}")
+            yield hook
+    return bar()

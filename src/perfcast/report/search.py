@@ -1,0 +1,158 @@
+"""``perfcast optimize``'s report: :class:`perfcast.search.optimize.SearchResult` as tables, as the
+``optimize`` JSON document (schema ``optimize.schema.json``) and as the files of ``--save-dir``.
+Formatting only."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from perfcast.search.optimize import REASONS, Point, SearchResult
+
+FIGURES = ("ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "output_tokens_per_s_per_device",
+           "output_tokens_per_s_per_user", "requests_per_s")
+
+
+def _layout(lay) -> dict | None:
+    if lay is None:
+        return None
+    return {"tp": lay.tp, "ep": lay.ep, "dp": lay.dp, "pp": lay.pp, "attention_dp": lay.attention_dp}
+
+
+def deployment_json(p: Point) -> dict:
+    c = p.candidate
+    out = {"mode": c.mode, "device": c.device, "quantize": c.quantize, "devices": c.devices,
+           "layout": _layout(c.layout), "max_batch_size": c.batch, "concurrency": c.concurrency,
+           "description": c.describe()}
+    if c.mode == "agg":
+        out["replicas"] = c.replicas
+    else:
+        out.update({"prefill_layout": _layout(c.prefill_layout), "prefill_instances": c.prefill_instances,
+                    "decode_instances": c.decode_instances})
+    return out
+
+
+def point_json(p: Point) -> dict:
+    return {"deployment": deployment_json(p), "status": p.status, "reason": p.reason,
+            "closed_form": p.figures("closed form"), "simulation": p.figures("simulation"),
+            "kv_capacity_tokens": p.kv_capacity_tokens, "on_front": p.on_front}
+
+
+def to_json(result: SearchResult) -> dict:
+    s = result.spec
+    return {
+        "command": "optimize", "model": s.model, "devices": list(s.devices), "total_devices": s.total_devices,
+        "engine": s.engine, "serving_modes": list(s.modes),
+        "workload": {"input_length": s.isl, "output_length": s.osl, "load": "closed loop, every rank's batch full"},
+        "slo": {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s},
+        "space": {"batch_sizes": sorted(set(s.batches)), "quantize": [q or "none" for q in s.quantize],
+                  "instance_sizes": list(s.sizes) if s.sizes else None},
+        "candidates_evaluated": result.candidates_evaluated,
+        "rejected": dict(result.rejected),
+        "rejected_reasons": dict(REASONS),
+        "pareto": [point_json(p) for p in result.front],
+        "best": None if result.best is None else point_json(result.best),
+        "runners_up": [point_json(p) for p in result.runners_up],
+        "confirmed_by_simulation": len(result.confirmed),
+        "timings_s": dict(result.timings_s),
+        "notes": list(result.notes),
+    }
+
+
+def _ms(x) -> str:
+    return "—" if x is None else f"{x * 1e3:,.1f}"
+
+
+def _row(p: Point) -> list[str]:
+    cf, sim = p.figures("closed form") or {}, p.figures("simulation") or {}
+    return [p.candidate.short(),
+            _ms(cf.get("ttft_s")), _ms(cf.get("tpot_s")),
+            f"{cf.get('output_tokens_per_s_per_device', 0):,.1f}", f"{cf.get('output_tokens_per_s_per_user', 0):,.1f}",
+            _ms(sim.get("ttft_s")), _ms(sim.get("tpot_s")),
+            f"{sim['output_tokens_per_s_per_device']:,.1f}" if sim else "—",
+            "yes" if p.status == "ok" else "no"]
+
+
+def _table(title: str, points: list[Point]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("deployment", "TTFT ms", "TPOT ms", "tok/s/dev", "tok/s/user", "sim TTFT", "sim TPOT",
+                "sim tok/s/dev", "SLOs"):
+        t.add_column(col, justify="left" if col == "deployment" else "right", no_wrap=col == "deployment")
+    for p in points:
+        t.add_row(*_row(p))
+    return t
+
+
+def render(console: Console, result: SearchResult, doc: dict) -> None:
+    """The tables of ``result``; ``doc`` is its :func:`to_json` document (already checked)."""
+    s = result.spec
+    slo = ", ".join(f"{k} ≤ {v * 1e3:g} ms" for k, v in (("TTFT", s.slo.ttft_s), ("TPOT", s.slo.tpot_s)) if v)
+    console.print(f"[bold]perfcast optimize[/bold] {s.model} on {s.total_devices} × {{{', '.join(s.devices)}}}, "
+                  f"isl {s.isl}, osl {s.osl}; SLOs: {slo or 'none'}")
+    if result.best is None:
+        console.print("[bold red]no deployment meets the SLOs[/bold red] (confirmed by simulation)")
+    else:
+        f = result.best.figures("simulation")
+        console.print(f"[bold green]best:[/bold green] {result.best.candidate.describe()} — "
+                      f"{f['output_tokens_per_s_per_device']:,.1f} tok/s/device, "
+                      f"{f['output_tokens_per_s_per_user']:,.1f} tok/s/user, TTFT {_ms(f['ttft_s'])} ms, "
+                      f"TPOT {_ms(f['tpot_s'])} ms (simulated)")
+    console.print(_table("Pareto front (closed form; sim = event simulation)", result.front))
+    if result.runners_up:
+        console.print(_table("runners-up under the SLOs", result.runners_up))
+    console.print(f"{result.candidates_evaluated} candidates evaluated, {len(result.confirmed)} simulated; rejected: "
+                  + ", ".join(f"{n} {REASONS[k].split(' (')[0]}" for k, n in result.rejected.items() if n))
+    console.print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings_s.items()))
+    for n in doc["notes"]:
+        console.print(f"note: {n}")
+
+
+def save(result: SearchResult, directory: str) -> list[str]:
+    """``--save-dir``: every candidate and the front, as CSV and JSON. Returns the paths written."""
+    from perfcast.report.document import write
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, points in (("candidates", result.points), ("pareto", result.front)):
+        rows = [_flat(p) for p in points]
+        path = out / f"{name}.csv"
+        with path.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(_flat_fields()))
+            w.writeheader()
+            w.writerows(rows)
+        written.append(str(path))
+        write({"command": "optimize", "model": result.spec.model, name: [point_json(p) for p in points]},
+              str(out / f"{name}.json"))
+        written.append(str(out / f"{name}.json"))
+    write(to_json(result), str(out / "optimize.json"))
+    written.append(str(out / "optimize.json"))
+    return written
+
+
+def _flat_fields():
+    yield from ("mode", "device", "quantize", "devices", "tp", "ep", "dp", "pp", "attention_dp", "replicas",
+                "prefill_tp", "prefill_ep", "prefill_dp", "prefill_instances", "decode_instances", "max_batch_size",
+                "concurrency", "status", "reason", "on_front", "kv_capacity_tokens")
+    for tier in ("cf", "sim"):
+        yield from (f"{tier}_{k}" for k in FIGURES)
+
+
+def _flat(p: Point) -> dict:
+    c = p.candidate
+    row = {"mode": c.mode, "device": c.device, "quantize": c.quantize or "", "devices": c.devices,
+           "tp": c.layout.tp, "ep": c.layout.ep, "dp": c.layout.dp, "pp": c.layout.pp,
+           "attention_dp": c.layout.attention_dp, "replicas": c.replicas if c.mode == "agg" else "",
+           "prefill_tp": c.prefill_layout.tp if c.prefill_layout else "",
+           "prefill_ep": c.prefill_layout.ep if c.prefill_layout else "",
+           "prefill_dp": c.prefill_layout.dp if c.prefill_layout else "",
+           "prefill_instances": c.prefill_instances or "", "decode_instances": c.decode_instances or "",
+           "max_batch_size": c.batch, "concurrency": c.concurrency, "status": p.status, "reason": p.reason or "",
+           "on_front": p.on_front, "kv_capacity_tokens": "" if p.kv_capacity_tokens is None else p.kv_capacity_tokens}
+    for tier, name in (("cf", "closed form"), ("sim", "simulation")):
+        f = p.figures(name) or {}
+        row.update({f"{tier}_{k}": "" if f.get(k) is None else f[k] for k in FIGURES})
+    return row

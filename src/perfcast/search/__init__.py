@@ -1,0 +1,2 @@
+"""Deployment search: the best deployment of a model under latency objectives
+(docs/design/search.md)."""

@@ -1,0 +1,359 @@
+"""``perfcast optimize``: the best deployment of a model under TTFT and TPOT objectives.
+
+The application in one place (the CLI parses flags, the report formats). Every candidate of the
+space (:mod:`perfcast.search.space`) is
+
+1. **screened** by the closed form (:func:`perfcast.serving.meanfield.closed_loop` through
+   :func:`perfcast.serving.serve.serve`, tier ``closed-form``): each engine instance rank's batch
+   full — ``batch`` clients per rank in a closed loop, the operating point aiconfigurator and
+   InferenceMAX sweep — with the engine's scheduler and its KV cache sized from the memory
+   model; each deployment's step model is compiled once for all its batch limits;
+2. **placed**: the Pareto front of output tokens/s per device against tokens/s per user over every
+   candidate that fits (:func:`perfcast.search.pareto.front`), and the candidates meeting the
+   SLOs on their mean TTFT and TPOT;
+3. **confirmed** by the event simulation (tier ``simulation``): the front and the ``confirm``
+   best candidates under the SLOs are served again, request by request, and the best deployment is
+   the one with the most output tokens/s per device whose *simulated* mean TTFT and TPOT meet the
+   SLOs (ties: the most tokens/s per user).
+
+Nothing is dropped silently: a candidate the model cannot take, one that does not fit, one the
+serving layer does not model, one that cannot be priced and one missing the SLOs are each counted
+under their reason, and listed with it in ``--save-dir``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+from perfcast.capture.parallel import Layout
+from perfcast.ir import UserError
+from perfcast.search import pareto
+from perfcast.search.space import BATCHES, Candidate, layouts
+from perfcast.serving.serve import Disagg, DoesNotFit, ServeSpec, serve
+from perfcast.serving.step import Deployment
+from perfcast.serving.types import SLO, ServingResult
+from perfcast.serving.workload import Lengths, Workload
+
+#: Why a candidate is not a deployment to take, in the order reports list them.
+REASONS = {
+    "invalid_layout": "invalid layout (the model cannot be split so)",
+    "does_not_fit": "does not fit (weights and KV cache of a full batch exceed the devices' memory)",
+    "not_modelled": "not modelled (pipeline parallelism in serving)",
+    "no_data": "cannot be priced (no data or no model for a part)",
+    "slo": "misses the SLOs (closed form)",
+}
+MODES = ("agg", "disagg")
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Everything ``perfcast optimize`` searches, plain and hashable."""
+
+    model: str
+    devices: tuple[str, ...]
+    total_devices: int
+    isl: int
+    osl: int
+    slo: SLO
+    engine: str | None = None
+    modes: tuple[str, ...] = ("agg",)
+    quantize: tuple[str | None, ...] = (None,)
+    batches: tuple[int, ...] = BATCHES
+    sizes: tuple[int, ...] | None = None
+    max_num_tokens: int | None = None
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    performance_model: str = "analytic"
+    confirm: int = 4                     # best closed-form candidates under the SLOs simulated, beside the front
+    requests_per_client: int = 4         # simulated requests per client (warm-up: the first round)
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.devices:
+            raise UserError("--devices: name at least one device")
+        if self.total_devices < 1:
+            raise UserError(f"--total-devices {self.total_devices}: must be at least 1")
+        for m in self.modes:
+            if m not in MODES:
+                raise UserError(f"--serving-mode {m!r}: expected agg, disagg or both")
+        if not self.batches or min(self.batches) < 1:
+            raise UserError("--batch-sizes: give positive batch limits")
+
+
+@dataclass
+class Point:
+    """One evaluated candidate: ``status`` ``ok`` (fits and meets the SLOs in closed form) or a
+    key of :data:`REASONS`; the closed form's figures where it was priced, the simulation's where
+    it was confirmed. Figures are the deployment's (every replica)."""
+
+    candidate: Candidate
+    status: str
+    reason: str | None = None
+    closed_form: ServingResult | None = None
+    simulation: ServingResult | None = None
+    kv_capacity_tokens: int | None = None
+    step_source: str | None = None
+    on_front: bool = False
+
+    @property
+    def priced(self) -> bool:
+        return self.closed_form is not None
+
+    def figures(self, tier: str = "closed form") -> dict | None:
+        r = self.closed_form if tier == "closed form" else self.simulation
+        if r is None or not r.stable or r.ttft_s is None or r.tpot_s is None:
+            return None
+        c = self.candidate
+        scale = c.replicas if c.mode == "agg" else 1
+        return {"ttft_s": r.ttft_s.mean, "tpot_s": r.tpot_s.mean, "e2e_s": r.e2e_s.mean if r.e2e_s else None,
+                "output_tokens_per_s": r.output_tokens_per_s * scale,
+                "output_tokens_per_s_per_device": r.output_tokens_per_s * scale / c.devices,
+                "output_tokens_per_s_per_user": r.output_tokens_per_s_per_user,
+                "requests_per_s": r.requests_per_s * scale}
+
+
+@dataclass
+class SearchResult:
+    spec: SearchSpec
+    points: list[Point]
+    front: list[Point]
+    best: Point | None
+    runners_up: list[Point]
+    rejected: dict[str, int]
+    timings_s: dict[str, float]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def candidates_evaluated(self) -> int:
+        return len(self.points)
+
+    @property
+    def confirmed(self) -> list[Point]:
+        return [p for p in self.points if p.simulation is not None]
+
+
+def meets(slo: SLO, fig: dict | None) -> bool:
+    """Mean TTFT and TPOT within the objectives (None: no bound)."""
+    if fig is None:
+        return False
+    return all(b is None or v <= b for b, v in ((slo.ttft_s, fig["ttft_s"]), (slo.tpot_s, fig["tpot_s"]),
+                                               (slo.e2e_s, fig["e2e_s"])))
+
+
+def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> Deployment:
+    return Deployment(spec.model, device, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
+                      performance_model=spec.performance_model)
+
+
+def _serve_spec(spec: SearchSpec, dep: Deployment, c: Candidate, tier: str) -> ServeSpec:
+    clients = c.batch * dep.layout.dp   # one instance's clients: every rank's batch full
+    work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl),
+                    num_requests=clients * (spec.requests_per_client if tier == "simulation" else 1),
+                    concurrency=clients, seed=spec.seed)
+    return ServeSpec(dep, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens, slo=spec.slo, tier=tier)
+
+
+def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> list[Point]:
+    """The batch limits of one instance layout, replicated over the budget, in closed form."""
+    cands = [Candidate("agg", device, quantize, layout, b, spec.total_devices // layout.num_devices)
+             for b in sorted(set(spec.batches), reverse=True)]  # the largest first: one compile serves all
+    if layout.pp > 1:
+        why = "pipeline parallelism: the serving layer prices no pipeline schedule yet"
+        return [Point(c, "not_modelled", why) for c in cands]
+    dep = _deployment(spec, device, quantize, layout)
+    try:
+        dep.request(decode=True, batch=2, length=2).validate()
+    except UserError as e:
+        return [Point(c, "invalid_layout", str(e)) for c in cands]
+    out = []
+    for c in cands:
+        try:
+            rep = serve(_serve_spec(spec, dep, c, "closed-form"))
+        except DoesNotFit as e:
+            out.append(Point(c, "does_not_fit", str(e)))
+            continue
+        except UserError as e:
+            out.append(Point(c, "no_data", str(e)))
+            continue
+        need = c.batch * (spec.isl + spec.osl)
+        if rep.kv.capacity_tokens < need:
+            out.append(Point(c, "does_not_fit", f"the KV cache holds {rep.kv.capacity_tokens:,} tokens per instance "
+                                                f"rank, {need:,} needed for {c.batch} requests at full length",
+                             kv_capacity_tokens=rep.kv.capacity_tokens))
+            continue
+        p = Point(c, "ok", closed_form=rep.results["closed form"], kv_capacity_tokens=rep.kv.capacity_tokens,
+                  step_source=rep.step_source)
+        if not meets(spec.slo, p.figures()):
+            p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
+        out.append(p)
+    return out
+
+
+def _slo_miss(slo: SLO, fig: dict | None) -> str:
+    if fig is None:
+        return "unstable at its own batch"
+    miss = [f"{name} {v * 1e3:.4g} ms > {b * 1e3:.4g} ms" for name, b, v in
+            (("TTFT", slo.ttft_s, fig["ttft_s"]), ("TPOT", slo.tpot_s, fig["tpot_s"]),
+             ("E2E", slo.e2e_s, fig["e2e_s"])) if b is not None and v > b]
+    return "; ".join(miss)
+
+
+def _confirm(spec: SearchSpec, p: Point) -> None:
+    c = p.candidate
+    dep = _deployment(spec, c.device, c.quantize, c.layout)
+    if c.mode == "agg":
+        rep = serve(_serve_spec(spec, dep, c, "simulation"))
+    else:
+        rep = serve(_disagg_spec(spec, dep, _deployment(spec, c.device, c.quantize, c.prefill_layout), c,
+                                 p.closed_form.requests_per_s, "simulation"))
+    p.simulation = rep.results["simulation"]
+
+
+def _disagg_spec(spec: SearchSpec, dec: Deployment, pre: Deployment, c: Candidate, rate: float,
+                 tier: str) -> ServeSpec:
+    """Open loop at ``rate`` requests/s onto ``c.prefill_instances`` prefill and
+    ``c.decode_instances`` decode instances (the simulation: enough requests for every decode
+    rank to fill its batch ``requests_per_client`` times over)."""
+    n = max(200, spec.requests_per_client * c.batch * dec.layout.dp * max(1, c.decode_instances))
+    work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=n, rate=rate, seed=spec.seed)
+    return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens, slo=spec.slo, tier=tier,
+                     disagg=Disagg(pre, max(1, c.prefill_instances), max(1, c.decode_instances)))
+
+
+def _splits(budget: int, pre: int, dec: int) -> list[tuple[int, int]]:
+    """Every x prefill and y decode instances (x, y ≥ 1) filling the budget exactly."""
+    return [((budget - y * dec) // pre, y) for y in range(1, budget // dec + 1)
+            if budget - y * dec >= pre and (budget - y * dec) % pre == 0]
+
+
+def _usable(spec: SearchSpec, device: str, quantize: str | None, lay: Layout) -> str | None:
+    """Why one pool's layout cannot serve (None: it can): pipeline stages, or a split the model
+    cannot take."""
+    if lay.pp > 1:
+        return "not_modelled"
+    try:
+        _deployment(spec, device, quantize, lay).request(decode=True, batch=2, length=2).validate()
+    except UserError:
+        return "invalid_layout"
+    return None
+
+
+def _disagg(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layout]) -> list[Point]:
+    """Disaggregated candidates: a prefill pool of one layout, a decode pool of another with a
+    batch limit, and every split of the budget between them, each at the highest request rate
+    whose mean TTFT and TPOT meet the SLOs in closed form
+    (:func:`perfcast.serving.meanfield_disagg.best_rate`), the KV transfer priced on the device's
+    topology. A layout the serving layer cannot run as a pool is counted once per batch limit (and
+    not at all when the aggregated search counted it already), not once per pairing."""
+    from perfcast.serving import meanfield_disagg as mfd
+    from perfcast.serving.serve import mean_load
+    from perfcast.serving.serve_disagg import pools_of
+
+    out = []
+    bad = {lay: _usable(spec, device, quantize, lay) for lay in lays}
+    for lay, why in bad.items():
+        if why and not (why == "not_modelled" and "agg" in spec.modes):  # counted once, not per pairing
+            out += [Point(Candidate("disagg", device, quantize, lay, b, prefill_layout=lay, prefill_instances=1,
+                                    decode_instances=1), why, f"{lay.describe()} as a pool — {REASONS[why]}")
+                    for b in sorted(set(spec.batches), reverse=True)]
+    good = [lay for lay in lays if not bad[lay]]
+    for dl in good:
+        for b in sorted(set(spec.batches), reverse=True):
+            for pl in good:
+                nominal = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=1,
+                                    decode_instances=1)
+                splits = _splits(spec.total_devices, pl.num_devices, dl.num_devices)
+                if not splits:
+                    continue   # the pair does not fill the budget: not a candidate
+                dec, pre = _deployment(spec, device, quantize, dl), _deployment(spec, device, quantize, pl)
+                try:
+                    pools = pools_of(_disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form"))
+                except DoesNotFit as e:
+                    out.append(Point(nominal, "does_not_fit", str(e)))
+                    continue
+                except UserError as e:
+                    out.append(Point(nominal, "no_data", str(e)))
+                    continue
+                kv = pools.decode[4]
+                if kv.capacity_tokens < b * (spec.isl + spec.osl):
+                    out.append(Point(nominal, "does_not_fit",
+                                     f"the decode KV cache holds {kv.capacity_tokens:,} tokens per rank, "
+                                     f"{b * (spec.isl + spec.osl):,} needed for {b} requests at full length",
+                                     kv_capacity_tokens=kv.capacity_tokens))
+                    continue
+                load = mean_load(_disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form").workload)
+                for x, y in splits:
+                    c = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=x,
+                                  decode_instances=y)
+                    pre_pool = mfd.Pool(pools.pre_pool.step, pools.pre_pool.engine, x * pl.dp)
+                    dec_pool = mfd.Pool(pools.dec_pool.step, pools.dec_pool.engine, y * dl.dp)
+                    kv_s = pools.transfer(spec.isl, x, y).seconds
+                    rate = mfd.best_rate(pre_pool, dec_pool, load, kv_s, spec.slo, None)
+                    if rate <= 0.0:
+                        out.append(Point(c, "slo", "no request rate meets the SLOs (closed form)",
+                                         kv_capacity_tokens=kv.capacity_tokens))
+                        continue
+                    r = mfd.disaggregated(pre_pool, dec_pool, replace(load, rate_per_s=rate * (1 - 1e-6)), kv_s)
+                    p = Point(c, "ok", closed_form=r, kv_capacity_tokens=kv.capacity_tokens,
+                              step_source=pools.decode[2].source)
+                    if not meets(spec.slo, p.figures()):
+                        p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
+                    out.append(p)
+    return out
+
+
+def optimize(spec: SearchSpec, progress=None) -> SearchResult:
+    """Screen every candidate, place the front, confirm it by simulation, choose the best.
+    ``progress(done, total, what)`` is called after each deployment (a progress bar's hook)."""
+    from perfcast.models import load_model_config
+
+    cfg = load_model_config(spec.model).data
+    lays = layouts(cfg, spec.total_devices, spec.sizes)
+    groups = [(d, q) for d in spec.devices for q in spec.quantize]
+    steps = len(groups) * (len(lays) * ("agg" in spec.modes) + ("disagg" in spec.modes))
+    t0 = time.perf_counter()
+    points: list[Point] = []
+    done = 0
+    for d, q in groups:
+        if "agg" in spec.modes:
+            for lay in lays:
+                points += _agg(spec, d, q, lay)
+                done += 1
+                if progress is not None:
+                    progress(done, steps, f"{d} {lay.describe()}")
+        if "disagg" in spec.modes:
+            points += _disagg(spec, d, q, lays)
+            done += 1
+            if progress is not None:
+                progress(done, steps, f"{d} disaggregated")
+    t1 = time.perf_counter()
+    priced = [p for p in points if p.figures() is not None]
+    figs = [p.figures() for p in priced]
+    idx = pareto.front([f["output_tokens_per_s_per_device"] for f in figs],
+                       [f["output_tokens_per_s_per_user"] for f in figs])
+    front = [priced[i] for i in idx]
+    for p in front:
+        p.on_front = True
+    ok = sorted((p for p in priced if p.status == "ok"), key=_rank_key("closed form"), reverse=True)
+    chosen = {id(p): p for p in front + ok[:spec.confirm]}
+    for p in chosen.values():
+        _confirm(spec, p)
+    t2 = time.perf_counter()
+    good = sorted((p for p in chosen.values() if meets(spec.slo, p.figures("simulation"))),
+                  key=_rank_key("simulation"), reverse=True)
+    notes = []
+    if ok and not good:
+        notes.append(f"{len(ok)} candidate(s) meet the SLOs in closed form, but none of the {len(chosen)} "
+                     f"simulated does")
+    rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
+    return SearchResult(spec, points, front, good[0] if good else None, good[1:5], rejected,
+                        {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes))
+
+
+def _rank_key(tier: str):
+    def key(p: Point):
+        f = p.figures(tier)
+        return (f["output_tokens_per_s_per_device"], f["output_tokens_per_s_per_user"]) if f else (-math.inf, -math.inf)
+    return key
