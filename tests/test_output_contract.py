@@ -82,6 +82,8 @@ COMMANDS = [
                "--osl", "16", "--isl", "uniform:200-400"]),
     ("serve", ["serve", "llama-3.1-8b", "--request-rate", "4", "--num-requests", "60", "--osl", "16",
                "--disagg", "1p1d", "--speculative", "mtp:2", "--acceptance", "0.8,0.5"]),
+    ("optimize", ["optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2", "--batch-sizes", "2,8",
+                  "--isl", "512", "--osl", "32", "--serving-mode", "both"]),
 ]
 
 
@@ -171,7 +173,8 @@ def test_validate_summary_and_rows_follow_their_schemas(tmp_path):
 
 
 def test_every_schema_is_exercised_and_declares_the_version():
-    tested = {s for s, _ in COMMANDS} | {"chrome-trace", "empirical-metrics", "validate", "validate-rows"}
+    tested = {s for s, _ in COMMANDS} | {"chrome-trace", "empirical-metrics", "validate", "validate-rows",
+                                         "optimize-points"}  # optimize-points: tests/test_search.py
     assert set(schema_names()) == tested
     for name in schema_names():
         schema = json.loads(schema_text(name))

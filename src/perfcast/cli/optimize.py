@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
                    help="device types to search (default h200-sxm; see `perfcast devices`)")
     p.add_argument("--total-devices", type=devices(), default=8, help="devices of the deployment (default 8)")
     p.add_argument("--isl", type=count(), default=4000, help="input tokens per request (default 4000)")
-    p.add_argument("--osl", type=count(minimum=2), default=500, help="output tokens per request (default 500)")
+    p.add_argument("--osl", type=count(), default=500, help="output tokens per request (default 500)")
     p.add_argument("--ttft", type=Number(positive=True, maximum=1e6), default=2.0, metavar="S",
                    help="TTFT objective in seconds, on the mean (default 2)")
     p.add_argument("--tpot", type=Number(positive=True, maximum=1e6), default=0.03, metavar="S",

@@ -38,7 +38,7 @@ def deployment_json(p: Point) -> dict:
 def point_json(p: Point) -> dict:
     return {"deployment": deployment_json(p), "status": p.status, "reason": p.reason,
             "closed_form": p.figures("closed form"), "simulation": p.figures("simulation"),
-            "kv_capacity_tokens": p.kv_capacity_tokens, "on_front": p.on_front}
+            "kv_capacity_tokens": p.kv_capacity_tokens, "scheduler": p.scheduler, "on_front": p.on_front}
 
 
 def to_json(result: SearchResult) -> dict:
@@ -136,7 +136,8 @@ def save(result: SearchResult, directory: str) -> list[str]:
 def _flat_fields():
     yield from ("mode", "device", "quantize", "devices", "tp", "ep", "dp", "pp", "attention_dp", "replicas",
                 "prefill_tp", "prefill_ep", "prefill_dp", "prefill_instances", "decode_instances", "max_batch_size",
-                "concurrency", "status", "reason", "on_front", "kv_capacity_tokens")
+                "concurrency", "status", "reason", "on_front", "kv_capacity_tokens", "engine", "max_num_tokens",
+                "chunked_prefill")
     for tier in ("cf", "sim"):
         yield from (f"{tier}_{k}" for k in FIGURES)
 
@@ -151,7 +152,8 @@ def _flat(p: Point) -> dict:
            "prefill_dp": c.prefill_layout.dp if c.prefill_layout else "",
            "prefill_instances": c.prefill_instances or "", "decode_instances": c.decode_instances or "",
            "max_batch_size": c.batch, "concurrency": c.concurrency, "status": p.status, "reason": p.reason or "",
-           "on_front": p.on_front, "kv_capacity_tokens": "" if p.kv_capacity_tokens is None else p.kv_capacity_tokens}
+           "on_front": p.on_front, "kv_capacity_tokens": "" if p.kv_capacity_tokens is None else p.kv_capacity_tokens,
+           **{k: (p.scheduler or {}).get(k, "") for k in ("engine", "max_num_tokens", "chunked_prefill")}}
     for tier, name in (("cf", "closed form"), ("sim", "simulation")):
         f = p.figures(name) or {}
         row.update({f"{tier}_{k}": "" if f.get(k) is None else f[k] for k in FIGURES})

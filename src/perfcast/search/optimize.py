@@ -31,6 +31,7 @@ from perfcast.capture.parallel import Layout
 from perfcast.ir import UserError
 from perfcast.search import pareto
 from perfcast.search.space import BATCHES, Candidate, layouts
+from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.serve import Disagg, DoesNotFit, ServeSpec, serve
 from perfcast.serving.step import Deployment
 from perfcast.serving.types import SLO, ServingResult
@@ -78,6 +79,9 @@ class SearchSpec:
         for m in self.modes:
             if m not in MODES:
                 raise UserError(f"--serving-mode {m!r}: expected agg, disagg or both")
+        if self.osl < 2:
+            raise UserError(f"--osl {self.osl}: the search needs at least 2 output tokens (TPOT is the gap "
+                            f"between them)")
         if not self.batches or min(self.batches) < 1:
             raise UserError("--batch-sizes: give positive batch limits")
 
@@ -96,6 +100,7 @@ class Point:
     kv_capacity_tokens: int | None = None
     step_source: str | None = None
     on_front: bool = False
+    scheduler: dict | None = None      # the engine settings it was priced with (decode side when disaggregated)
 
     @property
     def priced(self) -> bool:
@@ -147,12 +152,23 @@ def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Lay
                       performance_model=spec.performance_model)
 
 
+def _chunked(spec: SearchSpec, dep: Deployment) -> bool | None:
+    """Chunked prefill where the engine's default cannot take the prompt whole: an engine that
+    does not chunk by default (TensorRT-LLM: ``enable_chunked_prefill`` off) refuses a prompt
+    longer than its token budget, so the search turns chunking on for it, as a user would (and as
+    the deployment's ``scheduler`` settings say); None keeps the engine's default."""
+    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
+                             max_num_tokens=spec.max_num_tokens)
+    return True if not sched.chunked_prefill and spec.isl > sched.max_num_tokens else None
+
+
 def _serve_spec(spec: SearchSpec, dep: Deployment, c: Candidate, tier: str) -> ServeSpec:
     clients = c.batch * dep.layout.dp   # one instance's clients: every rank's batch full
     work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl),
                     num_requests=clients * (spec.requests_per_client if tier == "simulation" else 1),
                     concurrency=clients, seed=spec.seed)
-    return ServeSpec(dep, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens, slo=spec.slo, tier=tier)
+    return ServeSpec(dep, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
+                     chunked_prefill=_chunked(spec, dep), slo=spec.slo, tier=tier)
 
 
 def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> list[Point]:
@@ -184,11 +200,16 @@ def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) ->
                              kv_capacity_tokens=rep.kv.capacity_tokens))
             continue
         p = Point(c, "ok", closed_form=rep.results["closed form"], kv_capacity_tokens=rep.kv.capacity_tokens,
-                  step_source=rep.step_source)
+                  step_source=rep.step_source, scheduler=_settings(rep.scheduler))
         if not meets(spec.slo, p.figures()):
             p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
         out.append(p)
     return out
+
+
+def _settings(sched) -> dict:
+    return {"engine": sched.engine, "max_batch_size": sched.max_num_seqs, "max_num_tokens": sched.max_num_tokens,
+            "chunked_prefill": sched.chunked_prefill}
 
 
 def _slo_miss(slo: SLO, fig: dict | None) -> str:
@@ -218,7 +239,8 @@ def _disagg_spec(spec: SearchSpec, dec: Deployment, pre: Deployment, c: Candidat
     rank to fill its batch ``requests_per_client`` times over)."""
     n = max(200, spec.requests_per_client * c.batch * dec.layout.dp * max(1, c.decode_instances))
     work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=n, rate=rate, seed=spec.seed)
-    return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens, slo=spec.slo, tier=tier,
+    return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
+                     chunked_prefill=_chunked(spec, pre), slo=spec.slo, tier=tier,
                      disagg=Disagg(pre, max(1, c.prefill_instances), max(1, c.decode_instances)))
 
 
@@ -297,7 +319,7 @@ def _disagg(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layo
                         continue
                     r = mfd.disaggregated(pre_pool, dec_pool, replace(load, rate_per_s=rate * (1 - 1e-6)), kv_s)
                     p = Point(c, "ok", closed_form=r, kv_capacity_tokens=kv.capacity_tokens,
-                              step_source=pools.decode[2].source)
+                              step_source=pools.decode[2].source, scheduler=_settings(pools.decode[1]))
                     if not meets(spec.slo, p.figures()):
                         p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
                     out.append(p)
@@ -329,6 +351,21 @@ def optimize(spec: SearchSpec, progress=None) -> SearchResult:
             if progress is not None:
                 progress(done, steps, f"{d} disaggregated")
     t1 = time.perf_counter()
+    front, best, runners_up, notes = select(points, spec.slo, spec.confirm, lambda p: _confirm(spec, p))
+    t2 = time.perf_counter()
+    rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
+    return SearchResult(spec, points, front, best, runners_up, rejected,
+                        {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes))
+
+
+def select(points: list[Point], slo: SLO, confirm: int, simulate) -> tuple[list[Point], Point | None, list[Point],
+                                                                          list[str]]:
+    """The decision over screened points, whatever priced them: the Pareto front of every priced
+    point (tokens/s per device against tokens/s per user, :func:`perfcast.search.pareto.front`),
+    then ``simulate(point)`` (which sets ``point.simulation``) on the front and on the ``confirm``
+    best points meeting ``slo`` in closed form; the best is the simulated point with the most
+    tokens/s per device whose simulated means meet ``slo`` (ties: tokens/s per user), the next
+    four the runners-up. Returns (front, best, runners-up, notes)."""
     priced = [p for p in points if p.figures() is not None]
     figs = [p.figures() for p in priced]
     idx = pareto.front([f["output_tokens_per_s_per_device"] for f in figs],
@@ -337,19 +374,16 @@ def optimize(spec: SearchSpec, progress=None) -> SearchResult:
     for p in front:
         p.on_front = True
     ok = sorted((p for p in priced if p.status == "ok"), key=_rank_key("closed form"), reverse=True)
-    chosen = {id(p): p for p in front + ok[:spec.confirm]}
+    chosen = {id(p): p for p in front + ok[:confirm]}
     for p in chosen.values():
-        _confirm(spec, p)
-    t2 = time.perf_counter()
-    good = sorted((p for p in chosen.values() if meets(spec.slo, p.figures("simulation"))),
+        simulate(p)
+    good = sorted((p for p in chosen.values() if meets(slo, p.figures("simulation"))),
                   key=_rank_key("simulation"), reverse=True)
     notes = []
     if ok and not good:
         notes.append(f"{len(ok)} candidate(s) meet the SLOs in closed form, but none of the {len(chosen)} "
                      f"simulated does")
-    rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
-    return SearchResult(spec, points, front, good[0] if good else None, good[1:5], rejected,
-                        {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes))
+    return front, good[0] if good else None, good[1:5], notes
 
 
 def _rank_key(tier: str):

@@ -1,0 +1,228 @@
+"""perfcast optimize: the Pareto front, the space, the worked example of docs/design/search.md, the
+CLI's document and files, and its refusals."""
+
+import csv
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzzing import run_cli
+from perfcast.capture.parallel import Layout
+from perfcast.report.document import schema_text
+from perfcast.search import pareto
+from perfcast.search.optimize import REASONS, Point, meets, select
+from perfcast.search.space import BATCHES, Candidate, instance_layouts, layouts
+from perfcast.serving import meanfield
+from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.sim import simulate
+from perfcast.serving.types import SLO, AffineStep
+from perfcast.serving.workload import Lengths, Workload
+
+SLOW_S = 600
+DOC = Path(__file__).parent.parent / "docs" / "design" / "search.md"
+
+
+def doc_table(header: str) -> list[list[str]]:
+    lines = DOC.read_text().split("## Worked example")[1].split("\n## ")[0].splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+# --- the front ------------------------------------------------------------------------------------
+
+def _dominates(a, b) -> bool:
+    return a[0] >= b[0] and a[1] >= b[1] and (a[0] > b[0] or a[1] > b[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=0, max_size=40))
+def test_the_front_is_exactly_the_undominated_points(pts):
+    x, y = [p[0] for p in pts], [p[1] for p in pts]
+    idx = pareto.front(x, y)
+    on = {pts[i] for i in idx}
+    assert len(on) == len(idx)                                   # each front point once
+    for p in pts:
+        dominated = any(_dominates(q, p) for q in pts)
+        assert (p in on) == (not dominated)
+    assert list(np.asarray(y)[idx]) == sorted(np.asarray(y)[idx])  # along the curve, per user rising
+
+
+def test_the_front_refuses_ragged_input_and_takes_none():
+    assert pareto.front([], []).size == 0
+    with pytest.raises(ValueError):
+        pareto.front([1, 2], [1])
+
+
+# --- the space ------------------------------------------------------------------------------------
+
+def test_dense_instances_are_tensor_parallel_with_pipeline_splits_listed():
+    cfg = {"model_type": "llama", "num_attention_heads": 32}
+    assert instance_layouts(cfg, 4) == [Layout(tp=4), Layout(tp=2, pp=2), Layout(tp=1, pp=4)]
+    assert [lay.num_devices for lay in layouts(cfg, 8)] == [1, 2, 2, 4, 4, 4, 8, 8, 8, 8]
+    assert [lay.num_devices for lay in layouts(cfg, 6)] == [1, 2, 2]   # sizes dividing the budget
+
+
+def test_moe_instances_split_attention_and_experts():
+    cfg = {"model_type": "qwen3_moe", "num_experts": 128}
+    got = instance_layouts(cfg, 4)
+    assert Layout(tp=4, ep=4) in got and Layout(tp=1, ep=4, dp=4, attention_dp=True) in got
+    assert Layout(tp=2, ep=2, dp=2, attention_dp=True) in got
+    assert len(got) == 3 * 3 and all(lay.num_devices == 4 for lay in got)
+
+
+def test_disaggregated_splits_fill_the_budget():
+    from perfcast.search.optimize import _splits
+
+    assert _splits(8, 1, 1) == [(7, 1), (6, 2), (5, 3), (4, 4), (3, 5), (2, 6), (1, 7)]
+    assert _splits(8, 2, 4) == [(2, 1)]
+    assert _splits(8, 4, 8) == []
+    c = Candidate("disagg", "h200-sxm", None, Layout(tp=4), 64, prefill_layout=Layout(tp=2), prefill_instances=2,
+                  decode_instances=1)
+    assert (c.devices, c.concurrency, c.short()) == (8, 64, "disagg 2×tp2 → 1×tp4 b64")
+
+
+# --- the worked example ---------------------------------------------------------------------------
+
+ISL, OSL, BUDGET = 200, 50, 2
+STEPS = {1: AffineStep(0.010, 5e-5), 2: AffineStep(0.006, 3e-5)}
+EXAMPLE_SLO = SLO(ttft_s=0.150, tpot_s=0.012)
+
+
+def _example():
+    points = []
+    for tp, step in STEPS.items():
+        for b in (1, 4, 16):
+            sched = scheduler_config("vllm", max_batch_size=b)
+            kv = sched.kv_cache(100_000)
+            eng = meanfield.EngineConfig("vllm", b, sched.max_num_tokens, True, kv.capacity_tokens, devices=tp)
+            p = Point(Candidate("agg", "example", None, Layout(tp=tp), b, replicas=BUDGET // tp), "ok",
+                      closed_form=meanfield.closed_loop(step, eng, meanfield.Workload(ISL, OSL, concurrency=b)))
+            if not meets(EXAMPLE_SLO, p.figures()):
+                p.status = "slo"
+            points.append(p)
+
+    return points, select(points, EXAMPLE_SLO, 2, _simulate)
+
+
+def _simulate(p: Point) -> None:
+    """The event simulation of one example candidate: 8 × batch requests, the first round warm-up."""
+    b, tp = p.candidate.batch, p.candidate.layout.tp
+    sched = scheduler_config("vllm", max_batch_size=b)
+    work = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=8 * b, concurrency=b)
+    p.simulation, _ = simulate(STEPS[tp], sched.kv_cache(100_000), sched, work, devices=tp)
+
+
+def test_the_worked_example_screen_is_the_documents():
+    points, _ = _example()
+    by = {p.candidate.short(): p for p in points}
+    rows = doc_table("| candidate | TTFT ms")
+    assert [r[0] for r in rows] == [p.candidate.short() for p in points]
+    for name, ttft, tpot, dev, user, ok in rows:
+        f = by[name].figures()
+        assert (f"{f['ttft_s'] * 1e3:.2f}", f"{f['tpot_s'] * 1e3:.2f}") == (ttft, tpot)
+        assert (f"{f['output_tokens_per_s_per_device']:.2f}", f"{f['output_tokens_per_s_per_user']:.2f}") == (dev, user)
+        assert ("yes" if by[name].status == "ok" else "no") == ok
+
+
+def test_the_worked_example_front_best_and_runners_up_are_the_documents():
+    points, (front, best, runners, notes) = _example()
+    assert [p.candidate.short() for p in front] == ["agg 2×tp1 b16", "agg 1×tp2 b16", "agg 1×tp2 b4", "agg 1×tp2 b1"]
+    rows = doc_table("| candidate | sim TTFT")
+    by = {p.candidate.short(): p for p in points}
+    assert {r[0] for r in rows} == {p.candidate.short() for p in points if p.simulation is not None}
+    for name, ttft, tpot, dev, ok in rows:
+        f = by[name].figures("simulation")
+        assert (f"{f['ttft_s'] * 1e3:.2f}", f"{f['tpot_s'] * 1e3:.2f}", f"{f['output_tokens_per_s_per_device']:.1f}") \
+            == (ttft, tpot, dev)
+        assert ok.startswith("yes" if meets(EXAMPLE_SLO, f) else "no")
+    assert best.candidate.short() == "agg 1×tp2 b16"
+    assert [p.candidate.short() for p in runners] == ["agg 2×tp1 b4", "agg 1×tp2 b4", "agg 1×tp2 b1"]
+    assert notes == []
+
+
+def test_no_best_is_named_when_the_simulation_meets_no_slo():
+    # TTFT ≤ 20 ms: 1×tp2 b4 and b16 meet it in closed form (12.12, 12.47 ms), but the simulation
+    # keeps the clients in step and every round's prompts share one step (30, 102 ms)
+    points, _ = _example()
+    points = [p for p in points if p.candidate.batch >= 4]
+    slo = SLO(ttft_s=0.020, tpot_s=0.012)
+    for p in points:
+        p.on_front, p.simulation = False, None
+        p.status = "ok" if meets(slo, p.figures()) else "slo"
+    assert [p.candidate.short() for p in points if p.status == "ok"] == ["agg 1×tp2 b4", "agg 1×tp2 b16"]
+    front, best, runners, notes = select(points, slo, 2, _simulate)
+    assert best is None and runners == []
+    assert notes == ["2 candidate(s) meet the SLOs in closed form, but none of the 3 simulated does"]
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def _valid(name: str, doc: dict) -> None:
+    jsonschema.validate(doc, json.loads(schema_text(name)))
+
+
+def test_optimize_prints_its_document_and_saves_every_candidate(tmp_path):
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2",
+                              "--batch-sizes", "4,16", "--isl", "1024", "--osl", "64", "--serving-mode", "both",
+                              "--ttft", "1", "--tpot", "0.05", "--json", "--save-dir", str(out), timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    _valid("optimize", doc)
+    assert doc["candidates_evaluated"] == 8   # agg tp1, tp2, pp2 (× 2 batches); disagg 1×tp1 → 1×tp1 (× 2)
+    assert doc["rejected"]["not_modelled"] == 2 and doc["rejected"]["invalid_layout"] == 0
+    best = doc["best"]
+    assert best["status"] == "ok" and best["on_front"] in (True, False)
+    assert best["simulation"]["ttft_s"] <= 1 and best["simulation"]["tpot_s"] <= 0.05
+    assert all(p["on_front"] and p["closed_form"] for p in doc["pareto"])
+    per_dev = [p["closed_form"]["output_tokens_per_s_per_device"] for p in doc["pareto"]]
+    per_user = [p["closed_form"]["output_tokens_per_s_per_user"] for p in doc["pareto"]]
+    assert per_user == sorted(per_user) and per_dev == sorted(per_dev, reverse=True)
+    for name in ("candidates", "pareto"):
+        saved = json.loads((out / f"{name}.json").read_text())
+        _valid("optimize-points", saved)
+        with (out / f"{name}.csv").open() as fh:
+            assert len(list(csv.DictReader(fh))) == len(saved[name])
+    _valid("optimize", json.loads((out / "optimize.json").read_text()))
+    statuses = [p["status"] for p in json.loads((out / "candidates.json").read_text())["candidates"]]
+    assert len(statuses) == 8 and set(statuses) <= {"ok", *REASONS}
+    assert sum(doc["rejected"].values()) == sum(s != "ok" for s in statuses)
+
+
+def test_a_batch_the_kv_cache_cannot_hold_is_rejected_as_not_fitting():
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2",
+                              "--batch-sizes", "4,16", "--isl", "32000", "--osl", "64", "--instance-sizes", "1",
+                              "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    assert doc["rejected"]["does_not_fit"] == 1 and doc["candidates_evaluated"] == 2
+    assert doc["pareto"][0]["deployment"]["max_batch_size"] == 4
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--devices", "h999"], "h999"),
+    (["--instance-sizes", "3"], "--instance-sizes 3 does not divide --total-devices 8"),
+    (["--batch-sizes", "0"], "--batch-sizes"),
+    (["--batch-sizes", "a,b"], "--batch-sizes"),
+    (["--total-devices", "0"], "--total-devices"),
+    (["--ttft", "-1"], "--ttft"),
+    (["--serving-mode", "both", "--serving-mode", "agg"], "--serving-mode"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, words):
+    rc, out, err = run_cli("optimize", "llama-3.1-8b", *argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_default_batches_are_powers_of_two():
+    assert BATCHES == tuple(2 ** k for k in range(10))
