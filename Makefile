@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/perfcast text-generate llama-3.1-8b
+	$(VENV)/bin/perfcast optimize qwen3-32b --devices h200-sxm --total-devices 8 --isl 4000 --osl 500 \
+	    --ttft 2 --tpot 0.03 --serving-mode both
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
@@ -30,6 +31,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/step_speed.py
 	$(VENV)/bin/python benchmarks/serving_speed.py
 	$(VENV)/bin/python benchmarks/meanfield_speed.py
+	$(VENV)/bin/python benchmarks/optimize_speed.py
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py

@@ -114,12 +114,13 @@ def _example():
     return points, select(points, EXAMPLE_SLO, 2, _simulate)
 
 
-def _simulate(p: Point) -> None:
-    """The event simulation of one example candidate: 8 × batch requests, the first round warm-up."""
-    b, tp = p.candidate.batch, p.candidate.layout.tp
-    sched = scheduler_config("vllm", max_batch_size=b)
-    work = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=8 * b, concurrency=b)
-    p.simulation, _ = simulate(STEPS[tp], sched.kv_cache(100_000), sched, work, devices=tp)
+def _simulate(points: list[Point]) -> None:
+    """The event simulation of the example's candidates: 8 × batch requests, the first round warm-up."""
+    for p in points:
+        b, tp = p.candidate.batch, p.candidate.layout.tp
+        sched = scheduler_config("vllm", max_batch_size=b)
+        work = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=8 * b, concurrency=b)
+        p.simulation, _ = simulate(STEPS[tp], sched.kv_cache(100_000), sched, work, devices=tp)
 
 
 def test_the_worked_example_screen_is_the_documents():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, sequences, written
+from perfcast.cli.args import Number, count, devices, refuse, sequences, written
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -47,6 +47,9 @@ def add_parser(sub) -> None:
     p.add_argument("--confirm", type=count(0, 256), default=4,
                    help="best closed-form candidates under the SLOs to confirm by simulation, beside the front "
                         "(default 4)")
+    p.add_argument("--simulate-all", action="store_true",
+                   help="simulate every priced candidate, not only the front and the best (slower)")
+    p.add_argument("--jobs", type=count(1, 1024), help="processes for the simulations (default: the CPUs available)")
     p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
@@ -87,6 +90,8 @@ def run(args) -> int:
     from perfcast.search.space import BATCHES
     from perfcast.serving.types import SLO
 
+    refuse(args, ("--confirm", not args.simulate_all, "picks the candidates to simulate; --simulate-all simulates "
+                                                     "every one"))
     sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
@@ -98,10 +103,11 @@ def run(args) -> int:
                       quantize=tuple(dict.fromkeys(quantize)),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,
                       max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
-                      performance_model=args.performance_model, confirm=args.confirm, seed=args.seed)
+                      performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
+                      simulate_all=args.simulate_all)
     show = sys.stderr.isatty() and not args.json
     with _progress(show) as hook:
-        result = optimize(spec, progress=hook)
+        result = optimize(spec, progress=hook, jobs=args.jobs)
     if args.save_dir:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
     doc = report.to_json(result)

@@ -10,6 +10,8 @@ one line naming the file and the key.
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -274,11 +276,17 @@ def load_spec(path: Path) -> DeviceSpec:
 
 
 def shipped_files(folder: str) -> dict[str, Path]:
-    """The YAML files shipped in ``perfcast/hardware/<folder>``, by name (file stem)."""
+    """The YAML files shipped in ``perfcast/hardware/<folder>``, by name (file stem); the
+    folder is listed once per process (the package's files do not change under it)."""
+    return dict(_shipped_files(folder))
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_files(folder: str) -> tuple[tuple[str, Path], ...]:
     from importlib import resources
 
     root = resources.files("perfcast.hardware") / folder
-    return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith(".yaml")}
+    return tuple(sorted((Path(str(p)).stem, Path(str(p))) for p in root.iterdir() if str(p).endswith(".yaml")))
 
 
 def template_path(what: str) -> Path:

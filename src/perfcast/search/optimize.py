@@ -69,6 +69,7 @@ class SearchSpec:
     performance_model: str = "analytic"
     confirm: int = 4                     # best closed-form candidates under the SLOs simulated, beside the front
     requests_per_client: int = 4         # simulated requests per client (warm-up: the first round)
+    simulate_all: bool = False           # every priced candidate simulated, not only the front and the best
     seed: int = 0
 
     def __post_init__(self):
@@ -236,8 +237,10 @@ def _disagg_spec(spec: SearchSpec, dec: Deployment, pre: Deployment, c: Candidat
                  tier: str) -> ServeSpec:
     """Open loop at ``rate`` requests/s onto ``c.prefill_instances`` prefill and
     ``c.decode_instances`` decode instances (the simulation: enough requests for every decode
-    rank to fill its batch ``requests_per_client`` times over)."""
-    n = max(200, spec.requests_per_client * c.batch * dec.layout.dp * max(1, c.decode_instances))
+    rank to fill its batch ``requests_per_client / 2`` times over — an open loop has no
+    synchronised first round to wash out, its warm-up is the first 10 %)."""
+    rounds = max(1, spec.requests_per_client // 2)
+    n = max(200, rounds * c.batch * dec.layout.dp * max(1, c.decode_instances))
     work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=n, rate=rate, seed=spec.seed)
     return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
                      chunked_prefill=_chunked(spec, pre), slo=spec.slo, tier=tier,
@@ -326,9 +329,10 @@ def _disagg(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layo
     return out
 
 
-def optimize(spec: SearchSpec, progress=None) -> SearchResult:
+def optimize(spec: SearchSpec, progress=None, jobs: int | None = None) -> SearchResult:
     """Screen every candidate, place the front, confirm it by simulation, choose the best.
-    ``progress(done, total, what)`` is called after each deployment (a progress bar's hook)."""
+    ``progress(done, total, what)`` is called after each deployment (a progress bar's hook);
+    ``jobs``: processes for the confirming simulations (default: the CPUs this process may use)."""
     from perfcast.models import load_model_config
 
     cfg = load_model_config(spec.model).data
@@ -351,21 +355,49 @@ def optimize(spec: SearchSpec, progress=None) -> SearchResult:
             if progress is not None:
                 progress(done, steps, f"{d} disaggregated")
     t1 = time.perf_counter()
-    front, best, runners_up, notes = select(points, spec.slo, spec.confirm, lambda p: _confirm(spec, p))
+    front, best, runners_up, notes = select(points, spec.slo, spec.confirm,
+                                            lambda todo: _confirm_all(spec, todo, jobs), every=spec.simulate_all)
     t2 = time.perf_counter()
     rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
     return SearchResult(spec, points, front, best, runners_up, rejected,
                         {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes))
 
 
-def select(points: list[Point], slo: SLO, confirm: int, simulate) -> tuple[list[Point], Point | None, list[Point],
-                                                                          list[str]]:
+def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None) -> None:
+    """Every point's simulation, in ``jobs`` forked processes (each inherits the compiled step
+    models; the simulations are deterministic, so the split does not change a figure)."""
+    import multiprocessing
+    import os
+
+    jobs = jobs or len(os.sched_getaffinity(0))
+    if jobs < 2 or len(todo) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for p in todo:
+            _confirm(spec, p)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = sorted(todo, key=lambda p: p.candidate.concurrency, reverse=True)  # the longest first: balanced
+    with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
+        for p, sim in zip(todo, pool.map(_simulated, [(spec, p.candidate, p.closed_form) for p in todo])):
+            p.simulation = sim
+
+
+def _simulated(args) -> ServingResult:
+    spec, c, closed = args
+    p = Point(c, "ok", closed_form=closed)
+    _confirm(spec, p)
+    return p.simulation
+
+
+def select(points: list[Point], slo: SLO, confirm: int, simulate, every: bool = False) \
+        -> tuple[list[Point], Point | None, list[Point], list[str]]:
     """The decision over screened points, whatever priced them: the Pareto front of every priced
     point (tokens/s per device against tokens/s per user, :func:`perfcast.search.pareto.front`),
-    then ``simulate(point)`` (which sets ``point.simulation``) on the front and on the ``confirm``
+    then ``simulate(points)`` (which sets each ``point.simulation``) on the front and on the ``confirm``
     best points meeting ``slo`` in closed form; the best is the simulated point with the most
     tokens/s per device whose simulated means meet ``slo`` (ties: tokens/s per user), the next
-    four the runners-up. Returns (front, best, runners-up, notes)."""
+    four the runners-up; ``every``: every priced point is simulated (the slow, thorough search).
+    Returns (front, best, runners-up, notes)."""
     priced = [p for p in points if p.figures() is not None]
     figs = [p.figures() for p in priced]
     idx = pareto.front([f["output_tokens_per_s_per_device"] for f in figs],
@@ -374,9 +406,8 @@ def select(points: list[Point], slo: SLO, confirm: int, simulate) -> tuple[list[
     for p in front:
         p.on_front = True
     ok = sorted((p for p in priced if p.status == "ok"), key=_rank_key("closed form"), reverse=True)
-    chosen = {id(p): p for p in front + ok[:confirm]}
-    for p in chosen.values():
-        simulate(p)
+    chosen = {id(p): p for p in (priced if every else front + ok[:confirm])}
+    simulate(list(chosen.values()))
     good = sorted((p for p in chosen.values() if meets(slo, p.figures("simulation"))),
                   key=_rank_key("simulation"), reverse=True)
     notes = []
