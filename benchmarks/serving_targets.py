@@ -54,6 +54,15 @@ def main(argv=None) -> int:
             print(f"  {LABEL[metric]}: perfcast n={ours['n'] if ours else 0} {_cell(ours)}   roofline {_cell(base)}   "
                   f"aiconfigurator {AICONFIGURATOR[key][metric] * 100:.1f} %   target ≤ {bound * 100:.0f} % "
                   f"{'met' if met else 'NOT met'}")
+        for d in doc["decisions"]["populations"]:
+            for model, st in d["models"].items():
+                if st is None:
+                    continue
+                slo = (f"; under a TPOT bound at the group median: pick = measured best {st['slo_top1_share'] * 100:.0f} %, "
+                       f"breaks the bound {st['slo_broken_share'] * 100:.0f} %, median regret "
+                       f"{st['slo_median_regret'] * 100:.1f} %" if "slo_top1_share" in st else "")
+                print(f"  decisions ({model}): {st['groups']} groups, median ρ {st['median_rho']:.3f}, pick = measured "
+                      f"best {st['top1_share'] * 100:.0f} %, median regret {st['median_regret'] * 100:.1f} %{slo}")
     return 0
 
 

@@ -62,3 +62,27 @@ def test_the_documents_follow_their_schemas(doc, tmp_path):
     body = json.loads(rows.read_text())
     Draft202012Validator(json.loads(schema_text("validate-rows"))).validate(body)
     assert any(r.get("analytic serving tpot_ms") for r in body["rows"])
+
+
+def test_the_decisions_of_a_group_by_hand():
+    from perfcast.serving.validation import _group_stats
+
+    # (predicted, measured tok/s/device, predicted, measured TPOT ms): the measured order is a > b > c;
+    # the prediction swaps a and b. Median measured TPOT 20 ms: b (20) and c (10) meet it, a (30) not
+    rows = [(90.0, 100.0, 18.0, 30.0), (95.0, 80.0, 25.0, 20.0), (10.0, 50.0, 9.0, 10.0)]
+    s = _group_stats(rows)
+    assert s["rho"] == pytest.approx(0.5) and not s["top1"] and s["regret"] == pytest.approx(0.2)
+    # predicted to meet 20 ms: a (18) and c (9); the pick a (90) breaks the bound in the measurements
+    assert (s["slo_top1"], s["slo_broken"], s["slo_regret"]) == (False, True, 1.0)
+    rows[0] = (90.0, 100.0, 22.0, 30.0)   # now a is predicted to miss: the pick is c, measured best meeting is b
+    s = _group_stats(rows)
+    assert (s["slo_top1"], s["slo_broken"], s["slo_regret"]) == (False, False, pytest.approx(1 - 50 / 80))
+    assert "slo_top1" not in _group_stats([(r[0], r[1], None, r[3]) for r in rows])   # a ranking without TPOT
+
+
+def test_the_decisions_are_reported_per_named_population(doc):
+    d = doc["decisions"]
+    assert d["group_keys"] == ["model_path", "system", "backend", "isl", "osl"]
+    assert {p["key"] for p in d["populations"]} <= {"llama-3.1-8b-h100-trtllm", "stratified"}
+    for p in d["populations"]:
+        assert set(p["models"]) == {"analytic", "roofline", "load only"}

@@ -350,7 +350,7 @@ def run(req: ValidationRequest, augment=None) -> dict:
             "rows": {"read": len(cases), "selected": len(chosen), "mappable": sum(c.predictable for c in chosen),
                      "approximate": sum(bool(c.approximate) for c in chosen if c.predictable)},
             "refused": dict(Counter(c.reason for c in chosen if not c.predictable).most_common()),
-            "populations": pops, "predictions": preds, "cases": chosen,
+            "populations": pops, "predictions": preds, "cases": chosen, "named": named,
             "timings_s": {"read_and_map": t1 - t0, "price": t2 - t1, **dict(prices.timings_s),
                           **({"serving": t4 - t3} if augment is not None else {})},
             "points": dict(prices.counts)}

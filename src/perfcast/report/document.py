@@ -30,8 +30,9 @@ import perfcast
 SCHEMA_VERSION = 1
 
 #: Keys whose numbers are signed by meaning: the signed median of relative errors
-#: (predicted − measured) / measured in ``perfcast validate`` (> 0: perfcast predicts slower).
-SIGNED = frozenset({"signed_median"})
+#: (predicted − measured) / measured in ``perfcast validate`` (> 0: perfcast predicts slower), and
+#: the median rank correlation of its decisions (−1 … 1).
+SIGNED = frozenset({"signed_median", "median_rho"})
 
 #: Problems listed in one error, at most (the first is the one to fix).
 _MOST = 3

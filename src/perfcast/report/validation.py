@@ -109,6 +109,8 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
                 console.print(f"{m}: median share of the decode step priced from measured or interpolated kernel "
                               f"tables {e['median_measured_share_decode'] * 100:.0f} % (the rest: analytic fallback)",
                               highlight=False)
+    if doc.get("decisions"):
+        _decisions(console, doc["decisions"])
     tm = doc["timings_s"]
     pts = doc["points"]
     console.print(f"run time {tm['read_and_map'] + tm['price']:.1f} s (read and map {tm['read_and_map']:.1f} s, "
@@ -117,9 +119,28 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
                   + (f"; serving replay {tm['serving']:.1f} s" if "serving" in tm else ""))
 
 
+def _decisions(console: Console, d: dict) -> None:
+    t = Table(title="decisions: predicted vs measured output tokens/s per device, per group of "
+                    f"{' / '.join(d['group_keys'])} (≥ {d['min_group_rows']} rows)", title_justify="left")
+    for col in ("population", "model", "groups", "rows", "median ρ", "best = measured best", "median regret",
+                "p90 regret", "TPOT-bound: best", "broken", "regret"):
+        t.add_column(col, justify="left" if col in ("population", "model") else "right")
+    for pop in d["populations"]:
+        for m, s in pop["models"].items():
+            if s is None:
+                t.add_row(pop["population"], m, "0", *["—"] * 8)
+                continue
+            slo = ([f"{s['slo_top1_share'] * 100:.0f} %", f"{s['slo_broken_share'] * 100:.0f} %",
+                    f"{s['slo_median_regret'] * 100:.1f} %"] if "slo_top1_share" in s else ["—"] * 3)
+            t.add_row(pop["population"], m, str(s["groups"]), str(s["rows"]),
+                      "—" if s["median_rho"] is None else f"{s['median_rho']:.3f}", f"{s['top1_share'] * 100:.0f} %",
+                      f"{s['median_regret'] * 100:.1f} %", f"{s['p90_regret'] * 100:.1f} %", *slo)
+    console.print(t)
+
+
 def to_json(doc: dict) -> dict:
     """The document without the per-row objects (those go to :func:`write_rows`)."""
-    return {k: v for k, v in doc.items() if k not in ("predictions", "cases")}
+    return {k: v for k, v in doc.items() if k not in ("predictions", "cases", "named")}
 
 
 def _measured(ms: float) -> float | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from perfcast.inference.steps import BASELINE
 from perfcast.inference.validation import Prediction, ValidationRequest
 from perfcast.inference.validation import run as run_steps
@@ -42,7 +44,102 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
 
 
 def run(req: ValidationRequest, *, serving: bool = True, progress=None) -> dict:
-    """The validation document, with the serving replay when ``serving``."""
+    """The validation document, with the serving replay and its decisions when ``serving``."""
     if not serving:
         return run_steps(req)
-    return run_steps(req, augment=lambda preds: augment(preds, req.seed, progress))
+    doc = run_steps(req, augment=lambda preds: augment(preds, req.seed, progress))
+    doc["decisions"] = decisions(doc)
+    return doc
+
+
+# --- the decisions: does the replay order deployments as the measurements do? ---------------
+
+#: A decision group: the rows of one model on one system, engine and workload (ISL, OSL) — the
+#: deployments (layouts, precisions, loads) a user chooses among for that workload.
+GROUP_KEYS = ("model_path", "system", "backend", "isl", "osl")
+#: Groups with fewer rows rank nothing worth a correlation.
+MIN_GROUP = 3
+#: The same-run baseline of the decisions: a group's rows ranked by clients per device alone.
+LOAD_ONLY = "load only"
+
+
+def tokens_per_s_per_device(case, ttft_ms: float, tpot_ms: float) -> float:
+    """A closed-loop run's output tokens/s per device from its mean TTFT and TPOT: the closed-loop
+    identity ``X = C / (TTFT + (osl − 1) · TPOT)`` requests/s, × osl tokens, over the row's devices
+    (docs/design/serving.md) — the same formula for the measured and the predicted figures."""
+    e2e_s = (ttft_ms + (case.osl - 1) * tpot_ms) / 1e3
+    return case.concurrency * case.osl / e2e_s / case.layout.num_devices
+
+
+def _group_stats(rows: list[tuple[float, float, float | None, float]]) -> dict:
+    """(predicted, measured tokens/s per device, predicted, measured TPOT) of one group's rows:
+
+    - unconstrained: Spearman's ρ, whether the predicted best is the measured best, and the
+      regret of taking it (1 − its measured ÷ the measured best);
+    - under a TPOT bound at the group's median measured TPOT (about half the rows meet it): the
+      row with the most predicted tokens/s per device among those predicted to meet the bound
+      against the measured best among those that do — whether it is the measured best, whether
+      it breaks the bound in the measurements, and its regret (a pick that breaks it: regret 1).
+      Rankings without a TPOT (``predicted TPOT`` None) take no constrained pick."""
+    from scipy.stats import spearmanr
+
+    pred, meas = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    pick = int(np.argmax(pred))
+    rho = spearmanr(pred, meas).statistic if np.ptp(pred) > 0 and np.ptp(meas) > 0 else float("nan")
+    out = {"rho": float(rho), "top1": bool(meas[pick] == meas.max()), "regret": float(1 - meas[pick] / meas.max())}
+    if rows[0][2] is None:
+        return out
+    ptpot, mtpot = np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
+    bound = float(np.median(mtpot))
+    ok_m, ok_p = mtpot <= bound, ptpot <= bound
+    best = meas[ok_m].max()
+    if not ok_p.any():
+        out.update(slo_top1=False, slo_broken=False, slo_regret=1.0)
+        return out
+    pick = int(np.flatnonzero(ok_p)[np.argmax(pred[ok_p])])
+    broken = not ok_m[pick]
+    out.update(slo_top1=bool(not broken and meas[pick] == best), slo_broken=bool(broken),
+               slo_regret=1.0 if broken else float(1 - meas[pick] / best))
+    return out
+
+
+def decisions(doc: dict) -> dict:
+    """Per named population and per model (and the load-only ranking, a same-run baseline that
+    orders a group's rows by clients per device alone): the decision groups' median Spearman ρ of
+    predicted against measured output tokens/s per device, the share of groups whose predicted
+    best deployment is the measured best, the median and p90 regret of taking the predicted best,
+    and the same decision under a TPOT bound (:func:`_group_stats`). Rows without a replay
+    prediction are left out of their group."""
+    out = {"group_keys": list(GROUP_KEYS), "min_group_rows": MIN_GROUP, "populations": []}
+    for pop in doc["named"]:
+        if pop.key not in ("llama-3.1-8b-h100-trtllm", "stratified"):
+            continue
+        row = {"population": pop.name, "key": pop.key, "models": {}}
+        first = next(iter(doc["predictions"].values()))
+        for model, preds in [*doc["predictions"].items(), (LOAD_ONLY, None)]:
+            groups: dict[tuple, list[tuple[float, float]]] = {}
+            source = preds if preds is not None else first   # the load-only ranking: the first model's rows
+            for p in source:
+                c = p.case
+                if c.id not in pop.ids or c.mode != "agg" or p.ttft_serving_ms is None or "serving" not in p.tpot_ms:
+                    continue
+                measured = tokens_per_s_per_device(c, c.ttft_ms, c.tpot_ms)
+                predicted = (c.concurrency / c.layout.num_devices if preds is None
+                             else tokens_per_s_per_device(c, p.ttft_serving_ms, p.tpot_ms["serving"]))
+                groups.setdefault(tuple(getattr(c, k) for k in GROUP_KEYS), []).append(
+                    (predicted, measured, None if preds is None else p.tpot_ms["serving"], c.tpot_ms))
+            stats = [_group_stats(g) for g in groups.values() if len(g) >= MIN_GROUP]
+            rhos = [s["rho"] for s in stats if np.isfinite(s["rho"])]
+            regrets = [s["regret"] for s in stats]
+            row["models"][model] = None if not stats else {
+                "groups": len(stats), "rows": sum(len(g) for g in groups.values() if len(g) >= MIN_GROUP),
+                "median_rho": float(np.median(rhos)) if rhos else None,
+                "top1_share": sum(s["top1"] for s in stats) / len(stats),
+                "median_regret": float(np.median(regrets)), "p90_regret": float(np.quantile(regrets, 0.9))}
+            if stats and preds is not None:
+                row["models"][model].update({
+                    "slo_top1_share": sum(s["slo_top1"] for s in stats) / len(stats),
+                    "slo_broken_share": sum(s["slo_broken"] for s in stats) / len(stats),
+                    "slo_median_regret": float(np.median([s["slo_regret"] for s in stats]))})
+        out["populations"].append(row)
+    return out
