@@ -227,3 +227,81 @@ def test_bad_input_is_one_line_and_exit_2(argv, words):
 
 def test_default_batches_are_powers_of_two():
     assert BATCHES == tuple(2 ** k for k in range(10))
+
+
+# --- launch configurations and the deployment file ------------------------------------------------
+
+def test_the_best_deployment_is_written_and_served_back_with_the_same_figures(tmp_path):
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2",
+                              "--batch-sizes", "8", "--isl", "1024", "--osl", "64", "--instance-sizes", "1",
+                              "--json", "--save-dir", str(out), timeout_s=SLOW_S)
+    assert rc == 0, err
+    best = json.loads(stdout)["best"]
+    folder, = (out / "launch").iterdir()
+    assert folder.name == "0-agg-2-tp1-b8"
+    assert {f.name for f in folder.iterdir()} == {"deployment.yaml", "launch.sh", "extra-llm-api-config-serve.yml"}
+    script = (folder / "launch.sh").read_text()
+    assert "trtllm-serve meta-llama/Llama-3.1-8B-Instruct --backend pytorch --tp_size 1 --max_batch_size 8" in script
+    assert "# serve: 2 × this instance (1 h100-sxm each)" in script
+    assert "max_batch_size: 8" in (folder / "extra-llm-api-config-serve.yml").read_text()
+    # the search simulated 4 requests per client: the same run through `perfcast serve --deployment`
+    rc, stdout, err = run_cli("serve", "--deployment", str(folder / "deployment.yaml"), "--num-requests", "64",
+                              "--tier", "simulation", "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    assert doc["layout"] == {"tp": 1, "ep": 1, "dp": 2, "pp": 1, "attention_dp": False}
+    assert doc["workload"]["load"] == {"kind": "closed-loop", "concurrency": 16}
+    assert doc["ttft_s"]["mean"] == pytest.approx(best["simulation"]["ttft_s"], rel=1e-12)
+    assert doc["throughput"]["output_tokens_per_s_per_device"] == pytest.approx(
+        best["simulation"]["output_tokens_per_s_per_device"], rel=1e-12)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("model: llama-3.1-8b\ndevice: h100-sxm\nengine: trtllm\nlayout: {tp: 0}\n", "layout.tp"),
+    ("model: llama-3.1-8b\ndevice: h100-sxm\nengine: tensorrt\n", "engine"),
+    ("model: llama-3.1-8b\ndevice: h100-sxm\nengine: trtllm\ncolour: red\n", "colour"),
+    ("model: llama-3.1-8b\ndevice: h100-sxm\nengine: trtllm\nmode: disagg\n", "needs a 'disagg' section"),
+])
+def test_a_bad_deployment_file_is_one_line(tmp_path, text, words):
+    f = tmp_path / "d.yaml"
+    f.write_text(text)
+    rc, out, err = run_cli("serve", "--deployment", str(f), "--concurrency", "4")
+    assert rc == 2 and out == "" and words in err and str(f) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_deployment_flag_beside_the_file_is_refused(tmp_path):
+    f = tmp_path / "d.yaml"
+    f.write_text("model: llama-3.1-8b\ndevice: h100-sxm\nengine: trtllm\n")
+    rc, out, err = run_cli("serve", "--deployment", str(f), "--tp-size", "2", "--concurrency", "4")
+    assert rc == 2 and "--tp-size: --deployment" in err and "sets it" in err
+    rc, out, err = run_cli("serve", "llama-3.1-8b", "--deployment", str(f), "--concurrency", "4")
+    assert rc == 2 and "names the model" in err
+    rc, out, err = run_cli("serve", "--concurrency", "4")
+    assert rc == 2 and "--deployment FILE" in err
+
+
+def test_each_engine_gets_its_own_documented_flags():
+    from perfcast.search.launch import _command, _inexpressible
+
+    spec = SearchSpec_for_launch()
+    moe = Layout(tp=1, ep=8, dp=8, attention_dp=True)
+    s = {"max_num_tokens": 8192, "chunked_prefill": True}
+    argv, extra = _command("trtllm", "org/m", moe, 32, s, spec, 0.9, None)
+    assert argv[:6] == ["trtllm-serve", "org/m", "--backend", "pytorch", "--tp_size", "8"]
+    assert "--ep_size" in argv and "enable_attention_dp: true" in extra and "enable_chunked_prefill: true" in extra
+    argv, _ = _command("sglang", "org/m", moe, 32, s, spec, 0.85, "decode")
+    assert argv[argv.index("--tp-size") + 1] == "8" and "--enable-dp-attention" in argv
+    assert argv[argv.index("--max-running-requests") + 1] == "256" and argv[-2:] == ["--disaggregation-mode", "decode"]
+    argv, extra = _command("vllm", "org/m", moe, 32, s, spec, 0.9, None)
+    assert extra is None and "--enable-expert-parallel" in argv and "--enable-chunked-prefill" in argv
+    assert argv[argv.index("--data-parallel-size") + 1] == "8"
+    assert _inexpressible("vllm", Layout(tp=8, ep=4)) and _inexpressible("vllm", moe) is None
+    assert _inexpressible("trtllm", Layout(tp=2, dp=4, ep=8, attention_dp=True))
+
+
+def SearchSpec_for_launch():
+    from perfcast.search.optimize import SearchSpec
+
+    return SearchSpec("qwen3-30b-a3b", ("h200-sxm",), 8, 1000, 100, SLO(), kv_dtype="fp8")

@@ -17,7 +17,11 @@ def add_parser(sub) -> None:
                        description="Serve a workload on a deployment — the engine's scheduler, its KV cache sized "
                                    "from the memory model, every step priced by the step model — by a "
                                    "discrete-event simulation and a closed form (docs/design/serving.md).")
-    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("model", nargs="?",
+                   help="catalog name (see `perfcast models`) or a path to a config.json (or give --deployment)")
+    p.add_argument("--deployment", metavar="FILE",
+                   help="a deployment YAML (what `perfcast optimize --save-dir` writes): the model, device, engine, "
+                        "layout and limits, and the load it was chosen for as the default load")
     p.add_argument("--device", default="h100-sxm", help="device name (default h100-sxm; see `perfcast devices`)")
     p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
@@ -163,8 +167,53 @@ def _disagg(args, layout):
     return pre, counts
 
 
+#: Flags a deployment file sets (refused beside --deployment).
+DEPLOYMENT_FLAGS = ("--device", "--engine", "--dtype", "--quantize", "--kv-cache-dtype", "--tp-size", "--ep-size",
+                    "--dp-size", "--pp-size", "--attention-dp", "--max-batch-size", "--max-num-tokens",
+                    "--chunked-prefill", "--no-chunked-prefill", "--disagg", "--prefill-tp-size", "--prefill-ep-size")
+
+
+def _from_deployment(args) -> None:
+    """``--deployment FILE``: the file's deployment into ``args``; its workload as the default load."""
+    from perfcast.serving.deployment_file import read_deployment
+
+    if args.model is not None:
+        raise UserError(f"--deployment {args.deployment} names the model; drop {args.model!r}")
+    for flag in DEPLOYMENT_FLAGS:
+        if given(args, flag):
+            raise UserError(f"{flag}: --deployment {args.deployment} sets it; edit the file instead")
+    d = read_deployment(args.deployment)
+    lay = d.layout
+    if d.mode == "agg" and d.instances > 1 and lay.attention_dp:
+        raise UserError(f"--deployment {args.deployment}: {d.instances} instances of an attention-DP layout; serve one "
+                        f"(instances: 1, with its share of the load)")
+    args.model, args.device, args.engine, args.dtype = d.model, d.device, d.engine, d.dtype
+    args.quantize, args.kv_cache_dtype = d.quantize, d.kv_cache_dtype
+    # instances of a layout without attention DP are its data-parallel ranks: one engine each, the load split
+    args.tp_size, args.ep_size, args.pp_size, args.attention_dp = lay.tp, lay.ep, lay.pp, lay.attention_dp
+    args.dp_size = lay.dp * (d.instances if d.mode == "agg" else 1)
+    args.max_batch_size, args.max_num_tokens, args.chunked_prefill = d.max_batch_size, d.max_num_tokens, \
+        d.chunked_prefill
+    if d.disagg is not None:
+        args.disagg = f"{d.disagg.prefill_instances}p{d.disagg.decode_instances}d"
+        args.prefill_tp_size, args.prefill_ep_size = d.disagg.prefill_layout.tp, d.disagg.prefill_layout.ep
+    w = d.workload
+    if w is not None:
+        if not given(args, "--isl"):
+            args.isl = str(w.isl)
+        if not given(args, "--osl"):
+            args.osl = str(w.osl)
+        if not (args.concurrency or args.request_rate or args.max_load or args.trace):
+            args.concurrency, args.request_rate = w.concurrency, w.request_rate
+
+
 def run(args) -> int:
     from dataclasses import replace
+
+    if args.deployment:
+        _from_deployment(args)
+    elif args.model is None:
+        raise UserError("give a model (a catalog name or a config.json) or --deployment FILE")
 
     from perfcast.capture.parallel import Layout
     from perfcast.report import serving as report

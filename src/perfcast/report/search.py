@@ -100,6 +100,15 @@ def render(console: Console, result: SearchResult, doc: dict) -> None:
                       f"{f['output_tokens_per_s_per_device']:,.1f} tok/s/device, "
                       f"{f['output_tokens_per_s_per_user']:,.1f} tok/s/user, TTFT {_ms(f['ttft_s'])} ms, "
                       f"TPOT {_ms(f['tpot_s'])} ms (simulated)")
+    if result.best is not None:
+        from perfcast.search.launch import launch_files
+
+        files, notes = launch_files(s, result.best)
+        for line in files.get("launch.sh", "").splitlines():
+            if not line.startswith("#"):
+                console.print(f"  launch: {line}", highlight=False, soft_wrap=True)
+        for n in notes:
+            console.print(f"  note: {n}", highlight=False)
     console.print(_table("Pareto front (closed form; sim = event simulation)", result.front))
     if result.runners_up:
         console.print(_table("runners-up under the SLOs", result.runners_up))
@@ -130,7 +139,30 @@ def save(result: SearchResult, directory: str) -> list[str]:
         written.append(str(out / f"{name}.json"))
     write(to_json(result), str(out / "optimize.json"))
     written.append(str(out / "optimize.json"))
+    for i, p in enumerate(([result.best] if result.best else []) + result.runners_up):
+        written += _launch(result, p, out / "launch" / f"{i}-{_slug(p)}")
     return written
+
+
+def _slug(p: Point) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in p.candidate.short()).strip("-").replace("--", "-")
+
+
+def _launch(result: SearchResult, p: Point, folder: Path) -> list[str]:
+    """One chosen deployment's folder: ``deployment.yaml`` (``perfcast serve --deployment``) and
+    the engine's launch script and config files (:mod:`perfcast.search.launch`)."""
+    from perfcast.inputs.yamlfile import dump_yaml
+    from perfcast.search.launch import deployment_yaml, launch_files
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files, notes = launch_files(result.spec, p)
+    files = {"deployment.yaml": dump_yaml(deployment_yaml(result.spec, p), sort_keys=False), **files}
+    if notes:
+        key = "launch.sh" if "launch.sh" in files else "NOTES.txt"
+        files[key] = files.get(key, "") + "".join(f"# note: {n}\n" for n in notes)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return [str(folder / name) for name in files]
 
 
 def _flat_fields():

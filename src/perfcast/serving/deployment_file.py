@@ -1,0 +1,80 @@
+"""A deployment as a plain YAML file: what ``perfcast optimize --save-dir`` writes for each chosen
+deployment and ``perfcast serve --deployment FILE`` reads back (docs/design/search.md).
+
+Every key is checked as a whole before anything is built (one line per problem, the file
+named): the model, the device, the engine, the model and KV dtypes, the quantization, one engine
+instance's layout, the engine limits it was priced with, the number of instances, and for a
+disaggregated deployment the prefill pool's layout and instance counts; ``workload`` records
+the load it was chosen for (isl, osl, concurrency), which ``serve`` takes as its defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcast.inputs import load_yaml
+
+#: The file's layout version (bumped when a key changes meaning).
+VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LayoutEntry(_Strict):
+    tp: int = Field(1, ge=1, le=1 << 20)
+    ep: int = Field(1, ge=1, le=1 << 20)
+    dp: int = Field(1, ge=1, le=1 << 20)
+    pp: int = Field(1, ge=1, le=1 << 20)
+    attention_dp: bool = False
+
+
+class DisaggEntry(_Strict):
+    prefill_layout: LayoutEntry
+    prefill_instances: int = Field(ge=1, le=1 << 20)
+    decode_instances: int = Field(ge=1, le=1 << 20)
+
+
+class WorkloadEntry(_Strict):
+    isl: int = Field(ge=1, le=2**31 - 1)
+    osl: int = Field(ge=1, le=2**31 - 1)
+    concurrency: int | None = Field(None, ge=1, le=1 << 24)
+    request_rate: float | None = Field(None, gt=0, le=1e9)
+
+
+class DeploymentFile(_Strict):
+    """The deployment file's keys (``perfcast schema`` does not list it: it is YAML, not a report)."""
+
+    perfcast_deployment: Literal[1] = VERSION
+    model: str = Field(min_length=1)
+    device: str = Field(min_length=1)
+    engine: Literal["trtllm", "vllm", "sglang"]
+    dtype: Literal["bf16", "fp16"] = "bf16"
+    quantize: str | None = None
+    kv_cache_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = None
+    mode: Literal["agg", "disagg"] = "agg"
+    layout: LayoutEntry = LayoutEntry()
+    instances: int = Field(1, ge=1, le=1 << 20)
+    max_batch_size: int | None = Field(None, ge=1, le=1 << 24)
+    max_num_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    chunked_prefill: bool | None = None
+    disagg: DisaggEntry | None = None
+    workload: WorkloadEntry | None = None
+
+
+def read_deployment(path: str | Path) -> DeploymentFile:
+    """The deployment file at ``path``, checked whole; a problem is a one-line UserError naming it."""
+    from perfcast.hardware.spec import parse_spec
+    from perfcast.ir import UserError
+
+    spec = parse_spec(DeploymentFile, Path(path), load_yaml(path))
+    if spec.mode == "disagg" and spec.disagg is None:
+        raise UserError(f"{path}: mode disagg needs a 'disagg' section (prefill_layout, prefill_instances, "
+                        f"decode_instances)")
+    if spec.mode == "agg" and spec.disagg is not None:
+        raise UserError(f"{path}: a 'disagg' section with mode agg; set mode: disagg or drop the section")
+    return spec
