@@ -84,6 +84,8 @@ COMMANDS = [
                "--disagg", "1p1d", "--speculative", "mtp:2", "--acceptance", "0.8,0.5"]),
     ("optimize", ["optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2", "--batch-sizes", "2,8",
                   "--isl", "512", "--osl", "32", "--serving-mode", "both"]),
+    ("recommend", ["recommend", "llama-3.1-8b", "--devices", "h100-sxm", "--request-rate", "5", "--batch-sizes", "8",
+                   "--isl", "512", "--osl", "32", "--max-instance-size", "2"]),
 ]
 
 

@@ -305,3 +305,57 @@ def SearchSpec_for_launch():
     from perfcast.search.optimize import SearchSpec
 
     return SearchSpec("qwen3-30b-a3b", ("h200-sxm",), 8, 1000, 100, SLO(), kv_dtype="fp8")
+
+
+# --- perfcast recommend ---------------------------------------------------------------------------
+
+REC = ["recommend", "llama-3.1-8b", "--devices", "h100-sxm,h200-sxm", "--batch-sizes", "8,32", "--isl", "1024",
+       "--osl", "64", "--max-instance-size", "2", "--ttft", "1", "--tpot", "0.03"]
+
+
+def test_recommend_sizes_every_option_and_confirms_the_fewest_devices():
+    import math
+
+    rc, out, err = run_cli(*REC, "--request-rate", "30", "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(out)
+    _valid("recommend", doc)
+    opts, best = doc["options"], doc["best"]
+    assert best == opts[0] and [o["devices"] for o in opts] == sorted(o["devices"] for o in opts)
+    d = best["deployment"]
+    assert d["instances"] == math.ceil(30 / best["capacity_per_instance"] - 1e-9)
+    assert best["devices"] == d["instances"] * d["layout"]["tp"] * d["layout"]["dp"]
+    assert best["simulation"]["ttft_s"] <= 1 and best["simulation"]["tpot_s"] <= 0.03
+    price = doc["prices"]["per_device_hour"][d["device"]]
+    assert best["cost_per_hour"] == pytest.approx(price * best["devices"])
+    assert best["cost_per_million_output_tokens"] == pytest.approx(best["cost_per_hour"] / (30 * 64 * 3600 / 1e6))
+
+
+def test_recommend_by_cost_follows_the_price_file(tmp_path):
+    prices = tmp_path / "p.yaml"
+    prices.write_text("prices:\n  h100-sxm: 9.0\n  h200-sxm: 1.0\n")
+    rc, out, err = run_cli(*REC, "--concurrency", "64", "--objective", "cost", "--price-file", str(prices), "--json",
+                           timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(out)
+    _valid("recommend", doc)
+    assert doc["best"]["deployment"]["device"] == "h200-sxm"
+    costs = [o["cost_per_hour"] for o in doc["options"]]
+    assert costs == sorted(costs)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--request-rate", "1", "--objective", "cost", "--devices", "b200-sxm"], "no price for b200-sxm"),
+    (["--request-rate", "1", "--concurrency", "4"], "--concurrency"),
+    ([], "--request-rate"),
+])
+def test_recommend_refuses_in_one_line(argv, words):
+    rc, out, err = run_cli("recommend", "llama-3.1-8b", *argv)
+    assert rc == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_price_file_is_one_line(tmp_path):
+    prices = tmp_path / "p.yaml"
+    prices.write_text("prices:\n  h100-sxm: -3\n")
+    rc, out, err = run_cli("recommend", "llama-3.1-8b", "--request-rate", "1", "--price-file", str(prices))
+    assert rc == 2 and "prices.h100-sxm" in err and len(err.strip().splitlines()) == 1

@@ -190,3 +190,71 @@ def _flat(p: Point) -> dict:
         f = p.figures(name) or {}
         row.update({f"{tier}_{k}": "" if f.get(k) is None else f[k] for k in FIGURES})
     return row
+
+
+# --- perfcast recommend ----------------------------------------------------------------------------
+
+def _option_json(o) -> dict:
+    from perfcast.search.recommend import describe
+
+    sim = o.simulation
+    return {"deployment": {**deployment_json(o.point), "instances": o.instances, "devices": o.devices,
+                           "description": describe(o)},
+            "capacity_per_instance": o.capacity, "devices": o.devices, "cost_per_hour": o.cost_per_hour,
+            "cost_per_million_output_tokens": o.cost_per_million_tokens,
+            "output_tokens_per_s": o.output_tokens_per_s,
+            "closed_form": o.point.figures(),
+            "simulation": None if sim is None or sim.ttft_s is None else {
+                "ttft_s": sim.ttft_s.mean, "tpot_s": sim.tpot_s.mean, "e2e_s": sim.e2e_s.mean,
+                "output_tokens_per_s": sim.output_tokens_per_s,
+                "output_tokens_per_s_per_device": sim.output_tokens_per_s_per_device,
+                "output_tokens_per_s_per_user": sim.output_tokens_per_s_per_user,
+                "requests_per_s": sim.requests_per_s}}
+
+
+def recommend_json(r) -> dict:
+    """The ``recommend`` document (schema ``recommend.schema.json``)."""
+    s = r.spec
+    return {"command": "recommend", "model": s.model, "devices": list(s.devices), "engine": s.engine,
+            "target": {"requests_per_s": r.target.rate, "concurrency": r.target.concurrency},
+            "workload": {"input_length": s.isl, "output_length": s.osl},
+            "slo": {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s}, "objective": r.objective,
+            "prices": {"name": r.prices.name, "currency": r.prices.currency, "source": r.prices.source,
+                       "per_device_hour": dict(r.prices.prices)},
+            "best": None if r.best is None else _option_json(r.best),
+            "options": [_option_json(o) for o in r.options[:20]], "options_sized": len(r.options),
+            "rejected": dict(r.rejected), "timings_s": dict(r.timings_s), "notes": list(r.notes)}
+
+
+def render_recommend(console: Console, r, doc: dict) -> None:
+    from perfcast.search.recommend import describe
+
+    s, t = r.spec, r.target
+    load = f"{t.rate:g} requests/s" if t.rate is not None else f"{t.concurrency} concurrent clients"
+    console.print(f"[bold]perfcast recommend[/bold] {s.model} for {load}, isl {s.isl}, osl {s.osl}; SLOs: TTFT ≤ "
+                  f"{s.slo.ttft_s * 1e3:g} ms, TPOT ≤ {s.slo.tpot_s * 1e3:g} ms; objective: {r.objective}")
+    cur = r.prices.currency
+    if r.best is None:
+        console.print("[bold red]no deployment serves this load under the SLOs[/bold red] (confirmed by simulation)")
+    else:
+        b, sim = r.best, r.best.simulation
+        cost = ("" if b.cost_per_hour is None else f", {b.cost_per_hour:,.2f} {cur}/h, "
+                f"{b.cost_per_million_tokens:,.3f} {cur} per million output tokens")
+        console.print(f"[bold green]best:[/bold green] {describe(b)} — {b.devices} devices{cost}; simulated TTFT "
+                      f"{sim.ttft_s.mean * 1e3:,.1f} ms, TPOT {sim.tpot_s.mean * 1e3:,.1f} ms")
+    tab = Table(title="options (closed form), best first", title_justify="left")
+    for col in ("deployment", "devices", f"{cur}/h", f"{cur}/M tok", "capacity/instance", "sim TTFT", "sim TPOT"):
+        tab.add_column(col, justify="left" if col == "deployment" else "right", no_wrap=col == "deployment")
+    unit = "req/s" if t.rate is not None else "clients"
+    for o in r.options[:10]:
+        sim = o.simulation
+        tab.add_row(describe(o), str(o.devices), "—" if o.cost_per_hour is None else f"{o.cost_per_hour:,.2f}",
+                    "—" if o.cost_per_million_tokens is None else f"{o.cost_per_million_tokens:,.3f}",
+                    f"{o.capacity:,.2f} {unit}", _ms(sim.ttft_s.mean if sim and sim.ttft_s else None),
+                    _ms(sim.tpot_s.mean if sim and sim.tpot_s else None))
+    console.print(tab)
+    console.print(f"{len(r.options)} options sized; rejected: "
+                  + (", ".join(f"{n} {k.replace('_', ' ')}" for k, n in r.rejected.items() if n) or "none"))
+    console.print(f"prices: {r.prices.name} ({r.prices.source})", highlight=False)
+    for n in doc["notes"]:
+        console.print(f"note: {n}")
