@@ -86,6 +86,7 @@ COMMANDS = [
                   "--isl", "512", "--osl", "32", "--serving-mode", "both"]),
     ("recommend", ["recommend", "llama-3.1-8b", "--devices", "h100-sxm", "--request-rate", "5", "--batch-sizes", "8",
                    "--isl", "512", "--osl", "32", "--max-instance-size", "2"]),
+    ("sensitivity", ["sensitivity", "llama-3.1-8b", "--concurrency", "8", "--isl", "256", "--osl", "16"]),
 ]
 
 

@@ -359,3 +359,58 @@ def test_a_bad_price_file_is_one_line(tmp_path):
     prices.write_text("prices:\n  h100-sxm: -3\n")
     rc, out, err = run_cli("recommend", "llama-3.1-8b", "--request-rate", "1", "--price-file", str(prices))
     assert rc == 2 and "prices.h100-sxm" in err and len(err.strip().splitlines()) == 1
+
+
+# --- perfcast sensitivity -------------------------------------------------------------------------
+
+def test_sensitivity_signs_and_the_inverse_question():
+    rc, out, err = run_cli("sensitivity", "llama-3.1-8b", "--tp-size", "2", "--concurrency", "16", "--isl", "512",
+                           "--osl", "32", "--solve", "hbm_bandwidth", "--tpot", "0.006", "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(out)
+    _valid("sensitivity", doc)
+    rows = {r["parameter"]: r for r in doc["rows"]}
+    assert set(rows) == {"hbm_bandwidth", "matrix_rate", "link_bandwidth", "concurrency", "input_length"}
+    # more bandwidth or matrix rate: faster; more load or context: slower per token
+    for p in ("hbm_bandwidth", "matrix_rate", "link_bandwidth"):
+        assert rows[p]["elasticity"]["tpot_s"] < 0 < rows[p]["elasticity"]["output_tokens_per_s_per_device"]
+    assert rows["concurrency"]["elasticity"]["tpot_s"] > 0 and rows["input_length"]["elasticity"]["ttft_s"] > 0
+    # a decode step of tp2 at batch 16 is mostly weights and KV reads: TPOT follows HBM bandwidth most
+    assert rows["hbm_bandwidth"]["elasticity"]["tpot_s"] < rows["matrix_rate"]["elasticity"]["tpot_s"]
+    hbm = rows["hbm_bandwidth"]
+    assert hbm["derivative"]["tpot_s"] == pytest.approx(hbm["elasticity"]["tpot_s"] * doc["base"]["tpot_s"] / 3.35e12)
+    sol = doc["solution"]
+    assert sol["found"] and sol["closed_form"]["tpot_s"] <= 0.006 and sol["simulation"] is not None
+    assert sol["value"] == pytest.approx(sol["multiplier"] * 3.35e12)
+    assert 1.0 < sol["multiplier"] < 2.0 and sol["closed_form"]["tpot_s"] == pytest.approx(0.006, rel=1e-3)
+
+
+def test_the_fewest_devices_for_a_tpot():
+    rc, out, err = run_cli("sensitivity", "llama-3.1-8b", "--concurrency", "8", "--isl", "256", "--osl", "16",
+                           "--solve", "devices", "--tpot", "0.005", "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    sol = json.loads(out)["solution"]
+    assert sol["found"] and sol["value"] in (2, 4, 8) and sol["closed_form"]["tpot_s"] <= 0.005
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--concurrency", "4", "--solve", "devices"], "--solve needs one objective"),
+    (["--concurrency", "4", "--tpot", "0.01"], "--tpot"),
+    (["--concurrency", "4", "--request-rate", "2"], "--request-rate"),
+])
+def test_sensitivity_refuses_in_one_line(argv, words):
+    rc, out, err = run_cli("sensitivity", "llama-3.1-8b", *argv)
+    assert rc == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_scaled_device_keeps_its_name_and_scales_its_datasheet():
+    from perfcast.hardware import get_device
+    from perfcast.hardware.device import scaled
+
+    d = get_device("h100-sxm")
+    s = scaled(d, {"hbm_bandwidth": 2.0, "link_bandwidth": 0.5})
+    assert s.name == d.name and s.hbm_bandwidth_bytes_per_s == 2 * d.hbm_bandwidth_bytes_per_s
+    assert s.spec.datasheet.links["nvlink"].bandwidth_bytes_per_s == d.spec.datasheet.links["nvlink"].bandwidth_bytes_per_s / 2
+    assert s.matrix_flops_per_s("bf16") == d.matrix_flops_per_s("bf16")
+    with pytest.raises(Exception, match="what-if 'clock'"):
+        scaled(d, {"clock": 2.0})

@@ -19,10 +19,10 @@ def build_parser() -> Parser:
                                                   "memory they need, on hardware you do not own.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     from perfcast.cli import (calibrate, collective, db, devices, engines, kernel, kernels, models, op,
-                              optimize, profile, recommend, schema, serve, textgen, validate)
+                              optimize, profile, recommend, schema, sensitivity, serve, textgen, validate)
 
-    for module in (devices, engines, kernels, kernel, models, textgen, serve, optimize, recommend, op, profile, db,
-                   calibrate, collective, validate, schema):
+    for module in (devices, engines, kernels, kernel, models, textgen, serve, optimize, recommend, sensitivity, op,
+                   profile, db, calibrate, collective, validate, schema):
         module.add_parser(sub)
     devices.add_topologies_parser(sub)
     return parser

@@ -13,6 +13,32 @@ from perfcast.hardware.spec import (RESOURCES, Curve, DeviceSpec, SpecError, get
 from perfcast.ir.errors import UserError
 
 
+#: What-if multipliers a device can be priced under (:func:`scaled`).
+WHAT_IF = ("hbm_bandwidth", "matrix_rate", "link_bandwidth")
+
+
+def scaled(device: "Device", what_if: dict[str, float]) -> "Device":
+    """``device`` with datasheet figures multiplied: ``hbm_bandwidth`` (HBM bytes/s),
+    ``matrix_rate`` (every dtype's matrix rate), ``link_bandwidth`` (every link type's bytes/s,
+    which the calibrated collectives scale with). The name is kept, so the engine's calibrated
+    kernel fits still apply — they take the datasheet rates as parameters. A hardware what-if,
+    not a real part: reports that use one say so."""
+    bad = sorted(set(what_if) - set(WHAT_IF))
+    if bad:
+        raise UserError(f"what-if {bad[0]!r}: expected one of {', '.join(WHAT_IF)}")
+    for k, v in what_if.items():
+        if not 0 < v < 1e6:
+            raise UserError(f"what-if {k} × {v}: the multiplier must be positive and below 1e6")
+    sheet = device.spec.datasheet
+    f = {k: float(what_if.get(k, 1.0)) for k in WHAT_IF}
+    new = sheet.model_copy(update={
+        "hbm_bandwidth_bytes_per_s": sheet.hbm_bandwidth_bytes_per_s * f["hbm_bandwidth"],
+        "matrix_flops_per_s": {k: v * f["matrix_rate"] for k, v in sheet.matrix_flops_per_s.items()},
+        "links": {k: link.model_copy(update={"bandwidth_bytes_per_s": link.bandwidth_bytes_per_s * f["link_bandwidth"]})
+                  for k, link in sheet.links.items()}})
+    return Device(device.spec.model_copy(update={"datasheet": new}), device.path)
+
+
 def exact(value: float) -> sympy.Rational:
     """A YAML number as an exact rational (``3.35e12`` → ``3350000000000``)."""
     return sympy.Rational(repr(float(value)))

@@ -146,6 +146,13 @@ class Topology:
     def size(self) -> int:
         return math.prod(t.size for t in self.tiers)
 
+    def scaled_links(self, factor: float) -> "Topology":
+        """Every tier's link bandwidth × ``factor`` (a hardware what-if)."""
+        if factor == 1:
+            return self
+        return replace(self, tiers=tuple(replace(t, link_bandwidth_bytes_per_s=t.link_bandwidth_bytes_per_s
+                                                 * exact(factor)) for t in self.tiers))
+
     def with_devices(self, n: int) -> "Topology":
         """The topology with room for ``n`` devices: itself when it has enough, else with its
         outermost tier grown (``n`` must then fill whole units of the inner tiers)."""

@@ -52,6 +52,7 @@ class Request:
     layout: par.Layout = par.Layout()
     num_devices: int | None = None
     topology: str | None = None  # name, file or KIND:SHAPE; default: the device's shipped node
+    link_scale: float = 1.0  # a what-if: every topology tier's link bandwidth × this (perfcast.search.sensitivity)
     images: object = None  # perfcast.inference.vision.ImageRequest: each sequence's images
     image_tokens: tuple | None = None  # (per sequence, width, DeepStack levels): a VLM's language model
     encoder_tp_mode: str | None = None  # a VLM's encoder: weights | data | replicated (default: the engine's)
@@ -131,6 +132,7 @@ class Request:
                 raise UserError(f"--topology {topo.name} is built from {topo.device} devices, not {self.device.name}")
         else:
             topo = default_topology(self.device.name)
+        topo = topo.scaled_links(self.link_scale)
         return Mesh(topo.with_devices(self.devices), tuple(self.layout.mesh_axes(bool(par.experts_of(self.model.data)))))
 
 

@@ -33,6 +33,9 @@ SCHEMA_VERSION = 1
 #: (predicted − measured) / measured in ``perfcast validate`` (> 0: perfcast predicts slower), and
 #: the median rank correlation of its decisions (−1 … 1).
 SIGNED = frozenset({"signed_median", "median_rho"})
+#: Keys whose every number is signed by meaning: derivatives and elasticities (``perfcast
+#: sensitivity``: a time falls as a bandwidth grows).
+SIGNED_SECTIONS = frozenset({"elasticity", "derivative"})
 
 #: Problems listed in one error, at most (the first is the one to fix).
 _MOST = 3
@@ -71,6 +74,10 @@ def problems(doc, path: str = "$", key: str | None = None) -> list[str]:
         for k, v in doc.items():
             if not isinstance(k, str):
                 out.append(f"{path}: key {k!r} is not a string")
+            if k in SIGNED_SECTIONS and isinstance(v, dict):  # signed numbers, still finite
+                out += [f"{path}.{k}.{kk} = {vv}: not a finite number" for kk, vv in v.items()
+                        if isinstance(vv, float) and not math.isfinite(vv)]
+                continue
             out += problems(v, f"{path}.{k}", str(k))
         return out
     if isinstance(doc, (list, tuple)):

@@ -258,3 +258,52 @@ def render_recommend(console: Console, r, doc: dict) -> None:
     console.print(f"prices: {r.prices.name} ({r.prices.source})", highlight=False)
     for n in doc["notes"]:
         console.print(f"note: {n}")
+
+
+# --- perfcast sensitivity --------------------------------------------------------------------------
+
+def sensitivity_json(r) -> dict:
+    """The ``sensitivity`` document (schema ``sensitivity.schema.json``)."""
+    s, d = r.spec, r.spec.deployment
+    return {"command": "sensitivity", "model": d.model, "device": d.device, "engine": d.engine,
+            "layout": _layout(d.layout), "workload": {"input_length": s.isl, "output_length": s.osl,
+                                                      "concurrency": s.concurrency, "requests_per_s": s.rate},
+            "step": STEP_TEXT, "base": dict(r.base), "rows": r.rows, "solution": r.solution, "notes": list(r.notes)}
+
+
+STEP_TEXT = ("central differences of the closed form at ×(1 ± 0.05) (the datasheet scaled, the step model "
+             "compiled again); elasticity = ∂ ln f / ∂ ln x, derivative = ∂f / ∂x in the parameter's unit")
+
+
+def render_sensitivity(console: Console, r, doc: dict) -> None:
+    from perfcast.search.sensitivity import METRICS
+
+    s, d = r.spec, r.spec.deployment
+    load = f"{s.concurrency} clients" if s.concurrency else f"{s.rate:g} requests/s"
+    b = r.base
+    console.print(f"[bold]perfcast sensitivity[/bold] {d.model} on {d.device} ({d.layout.describe()}), {load}, isl "
+                  f"{s.isl}, osl {s.osl}: TTFT {b['ttft_s'] * 1e3:,.2f} ms, TPOT {b['tpot_s'] * 1e3:,.3f} ms, "
+                  f"{b['output_tokens_per_s_per_device']:,.1f} tok/s/device (closed form)")
+    t = Table(title="elasticities ∂ ln f / ∂ ln x (−1: f halves when x doubles)", title_justify="left")
+    for col in ("parameter", "value", "TTFT", "TPOT", "tok/s/device"):
+        t.add_column(col, justify="left" if col == "parameter" else "right")
+    for row in r.rows:
+        e = row["elasticity"]
+        t.add_row(row["parameter"], f"{row['value']:.4g} {row['unit']}",
+                  *("—" if e[m] is None else f"{e[m]:+.3f}" for m in METRICS))
+    console.print(t)
+    sol = r.solution
+    if sol is not None:
+        if not sol["found"]:
+            console.print(f"[bold red]--solve {sol['parameter']}:[/bold red] {sol['reason']}")
+        else:
+            mult = f" (× {sol['multiplier']:.4g} the datasheet's)" if sol.get("multiplier") else ""
+            sim = sol["simulation"]
+            console.print(f"[bold green]--solve {sol['parameter']}:[/bold green] {sol['value']:.4g} {sol['unit']}{mult} "
+                          f"gives {sol['metric']} {sol['closed_form'][sol['metric']] * 1e3:,.3f} ms ≤ "
+                          f"{sol['bound'] * 1e3:g} ms (closed form); simulated "
+                          + ("—" if sim is None else f"{sim[sol['metric']] * 1e3:,.3f} ms"
+                             + ("" if sol["simulation_meets"] else " [bold red](misses it)[/bold red]")))
+    console.print(f"[dim]{doc['step']}[/dim]")
+    for n in doc["notes"]:
+        console.print(f"note: {n}")

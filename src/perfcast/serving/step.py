@@ -46,6 +46,7 @@ from perfcast import engines
 from perfcast.capture import cache, lower
 from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
+from perfcast.hardware.device import scaled
 from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.steps import decisions
@@ -74,13 +75,18 @@ class Deployment:
     kv_dtype: str | None = None
     topology: str | None = None
     performance_model: str = "analytic"
+    what_if: tuple[tuple[str, float], ...] = ()   # hardware multipliers (perfcast.hardware.device.scaled)
 
     def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
         """The text-generate request of one step of this deployment (``batch`` sequences per
         data-parallel rank)."""
         from perfcast.inference.silicon import catalog_model
 
-        return Request(model=catalog_model(self.model), device=get_device(self.device),
+        device = get_device(self.device)
+        what = dict(self.what_if)
+        if what:
+            device = scaled(device, what)
+        return Request(model=catalog_model(self.model), device=device, link_scale=what.get("link_bandwidth", 1.0),
                        num_queries=batch * self.layout.dp, query_length=1 if decode else length,
                        context_length=length if decode else context, decode=decode, dtype=self.dtype,
                        quantize=self.quantize, kv_dtype=self.kv_dtype, layout=self.layout,
