@@ -81,7 +81,7 @@ def test_moe_instances_split_attention_and_experts():
 
 
 def test_disaggregated_splits_fill_the_budget():
-    from perfcast.search.optimize import _splits
+    from perfcast.search.disagg import _splits
 
     assert _splits(8, 1, 1) == [(7, 1), (6, 2), (5, 3), (4, 4), (3, 5), (2, 6), (1, 7)]
     assert _splits(8, 2, 4) == [(2, 1)]

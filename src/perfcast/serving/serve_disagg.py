@@ -54,7 +54,7 @@ def pools_of(spec) -> Pools:
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
         pools[role] = (dep, sched, step, mem, kv)
-    (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, dmem, dkv) = pools["prefill"], pools["decode"]
+    (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, _, dkv) = pools["prefill"], pools["decode"]
     kv_bytes = (pmem.kv_bytes_per_token if pmem else pkv.bytes_per_token)
     if not kv_bytes:
         raise UserError("--disagg with --kv-capacity: the KV transfer needs the KV bytes per token of the memory "
@@ -76,7 +76,7 @@ def serve_disagg(spec):
 
     d = spec.disagg
     p = pools_of(spec)
-    (pdep, psched, pstep, pmem, pkv), (ddep, dsched, dstep, dmem, dkv) = p.prefill, p.decode
+    (pdep, psched, pstep, _, pkv), (ddep, dsched, dstep, dmem, dkv) = p.prefill, p.decode
     pre_pool, dec_pool, transfer = p.pre_pool, p.dec_pool, p.transfer
     x, y, chosen = pre_pool.instances, dec_pool.instances, None
     isl_mean = round(spec.workload.input_len.mean)
