@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/serving_speed.py
 	$(VENV)/bin/python benchmarks/meanfield_speed.py
 	$(VENV)/bin/python benchmarks/optimize_speed.py
+	$(VENV)/bin/python benchmarks/sweep_ray.py
 
 validate: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_cpu_local.py

@@ -414,3 +414,31 @@ def test_a_scaled_device_keeps_its_name_and_scales_its_datasheet():
     assert s.matrix_flops_per_s("bf16") == d.matrix_flops_per_s("bf16")
     with pytest.raises(Exception, match="what-if 'clock'"):
         scaled(d, {"clock": 2.0})
+
+
+# --- Ray -------------------------------------------------------------------------------------------
+
+def test_a_local_ray_cluster_of_two_workers_gives_the_local_result():
+    from perfcast.search.executor import LocalExecutor, RayExecutor
+    from perfcast.search.optimize import SearchSpec, optimize
+
+    spec = SearchSpec("llama-3.1-8b", ("h100-sxm",), 2, 1024, 64, SLO(ttft_s=1.0, tpot_s=0.05), batches=(4, 16),
+                      modes=("agg", "disagg"))
+    local = optimize(spec, executor=LocalExecutor())
+    ray = RayExecutor(workers=2)
+    try:
+        assert ray.workers == 2
+        remote = optimize(spec, executor=ray)
+    finally:
+        ray.close()
+    assert (remote.executor, remote.workers) == ("ray", 2)
+    assert [p.candidate for p in remote.points] == [p.candidate for p in local.points]
+    assert [p.status for p in remote.points] == [p.status for p in local.points]
+    assert [p.figures() for p in remote.points] == [p.figures() for p in local.points]
+    assert [p.candidate for p in remote.front] == [p.candidate for p in local.front]
+    assert remote.best.candidate == local.best.candidate and remote.rejected == local.rejected
+
+
+def test_workers_need_the_ray_executor():
+    rc, out, err = run_cli("optimize", "llama-3.1-8b", "--workers", "2")
+    assert rc == 2 and "--workers" in err and "--executor ray" in err

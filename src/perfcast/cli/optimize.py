@@ -50,6 +50,11 @@ def add_parser(sub) -> None:
     p.add_argument("--simulate-all", action="store_true",
                    help="simulate every priced candidate, not only the front and the best (slower)")
     p.add_argument("--jobs", type=count(1, 1024), help="processes for the simulations (default: the CPUs available)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where the screening runs: this process (default) or a Ray cluster (RAY_ADDRESS, else a "
+                        "local one); one task per deployment's sweep, the results identical")
+    p.add_argument("--workers", type=count(1, 4096), help="--executor ray without RAY_ADDRESS: the local cluster's "
+                                                          "CPUs (default: all)")
     p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
@@ -91,7 +96,8 @@ def run(args) -> int:
     from perfcast.serving.types import SLO
 
     refuse(args, ("--confirm", not args.simulate_all, "picks the candidates to simulate; --simulate-all simulates "
-                                                     "every one"))
+                                                     "every one"),
+           ("--workers", args.executor == "ray", "sizes the local Ray cluster of --executor ray"))
     sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
@@ -105,9 +111,15 @@ def run(args) -> int:
                       max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
                       simulate_all=args.simulate_all)
+    from perfcast.search.executor import executor
+
     show = sys.stderr.isatty() and not args.json
-    with _progress(show) as hook:
-        result = optimize(spec, progress=hook, jobs=args.jobs)
+    ex = executor(args.executor, args.workers)
+    try:
+        with _progress(show) as hook:
+            result = optimize(spec, progress=hook, jobs=args.jobs, executor=ex)
+    finally:
+        ex.close()
     if args.save_dir:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
     doc = report.to_json(result)

@@ -57,6 +57,7 @@ def to_json(result: SearchResult) -> dict:
         "best": None if result.best is None else point_json(result.best),
         "runners_up": [point_json(p) for p in result.runners_up],
         "confirmed_by_simulation": len(result.confirmed),
+        "executor": {"name": result.executor, "workers": result.workers},
         "timings_s": dict(result.timings_s),
         "notes": list(result.notes),
     }

@@ -130,6 +130,8 @@ class SearchResult:
     rejected: dict[str, int]
     timings_s: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    executor: str = "local"
+    workers: int = 1
 
     @property
     def candidates_evaluated(self) -> int:
@@ -235,40 +237,57 @@ def _confirm(spec: SearchSpec, p: Point) -> None:
     p.simulation = rep.results["simulation"]
 
 
-def optimize(spec: SearchSpec, progress=None, jobs: int | None = None) -> SearchResult:
-    """Screen every candidate, place the front, confirm it by simulation, choose the best.
-    ``progress(done, total, what)`` is called after each deployment (a progress bar's hook);
-    ``jobs``: processes for the confirming simulations (default: the CPUs this process may use)."""
+def groups_of(spec: SearchSpec) -> list[tuple]:
+    """The screening's units of work, in a fixed order: ``("agg", device, quantize, layout)`` —
+    one deployment's sweep of batch limits — and ``("disagg", device, quantize, layouts)``."""
     from perfcast.models import load_model_config
 
-    cfg = load_model_config(spec.model).data
-    lays = layouts(cfg, spec.total_devices, spec.sizes)
-    groups = [(d, q) for d in spec.devices for q in spec.quantize]
-    steps = len(groups) * (len(lays) * ("agg" in spec.modes) + ("disagg" in spec.modes))
-    t0 = time.perf_counter()
-    points: list[Point] = []
-    done = 0
-    for d, q in groups:
-        if "agg" in spec.modes:
-            for lay in lays:
-                points += _agg(spec, d, q, lay)
-                done += 1
-                if progress is not None:
-                    progress(done, steps, f"{d} {lay.describe()}")
-        if "disagg" in spec.modes:
-            from perfcast.search.disagg import screen
+    lays = tuple(layouts(load_model_config(spec.model).data, spec.total_devices, spec.sizes))
+    out = []
+    for d in spec.devices:
+        for q in spec.quantize:
+            if "agg" in spec.modes:
+                out += [("agg", d, q, lay) for lay in lays]
+            if "disagg" in spec.modes:
+                out.append(("disagg", d, q, lays))
+    return out
 
-            points += screen(spec, d, q, lays)
-            done += 1
-            if progress is not None:
-                progress(done, steps, f"{d} disaggregated")
+
+def screen_group(task: tuple) -> list[Point]:
+    """One group's points (a top-level function: a Ray task runs it in a worker)."""
+    spec, (mode, d, q, what) = task
+    if mode == "agg":
+        return _agg(spec, d, q, what)
+    from perfcast.search.disagg import screen
+
+    return screen(spec, d, q, list(what))
+
+
+def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=None) -> SearchResult:
+    """Screen every candidate, place the front, confirm it by simulation, choose the best.
+    ``progress(done, total, what)`` is called after each group (a progress bar's hook); ``jobs``:
+    processes for the confirming simulations (default: the CPUs this process may use);
+    ``executor``: where the screening runs (:mod:`perfcast.search.executor`; default: here)."""
+    from perfcast.search.executor import LocalExecutor
+
+    executor = executor or LocalExecutor()
+    groups = groups_of(spec)
+    t0 = time.perf_counter()
+    by_group: dict[int, list[Point]] = {}
+    for done, (i, pts) in enumerate(executor.imap(screen_group, [(spec, g) for g in groups]), 1):
+        by_group[i] = pts
+        if progress is not None:
+            g = groups[i]
+            progress(done, len(groups), f"{g[1]} {g[3].describe() if g[0] == 'agg' else 'disaggregated'}")
+    points = [p for i in range(len(groups)) for p in by_group[i]]   # the group order, however they finished
     t1 = time.perf_counter()
     front, best, runners_up, notes = select(points, spec.slo, spec.confirm,
                                             lambda todo: _confirm_all(spec, todo, jobs), every=spec.simulate_all)
     t2 = time.perf_counter()
     rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
     return SearchResult(spec, points, front, best, runners_up, rejected,
-                        {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes))
+                        {"screen": t1 - t0, "confirm": t2 - t1, "total": t2 - t0}, tuple(notes),
+                        executor=executor.name, workers=executor.workers)
 
 
 def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None) -> None:
