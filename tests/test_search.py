@@ -442,3 +442,36 @@ def test_a_local_ray_cluster_of_two_workers_gives_the_local_result():
 def test_workers_need_the_ray_executor():
     rc, out, err = run_cli("optimize", "llama-3.1-8b", "--workers", "2")
     assert rc == 2 and "--workers" in err and "--executor ray" in err
+
+
+# --- hardware what-ifs in the space ---------------------------------------------------------------
+
+def test_what_if_devices_join_the_space_and_are_not_launched(tmp_path):
+    from perfcast.search.space import parse_variant, variant
+
+    assert variant("h100-sxm", {}) == "h100-sxm"
+    assert parse_variant(variant("h100-sxm", {"matrix_rate": 2, "hbm_bandwidth": 1.5})) == \
+        ("h100-sxm", (("hbm_bandwidth", 1.5), ("matrix_rate", 2.0)))
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "1",
+                              "--batch-sizes", "16", "--isl", "1024", "--osl", "64", "--what-if", "hbm_bandwidth=2",
+                              "--json", "--save-dir", str(out), timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    by = {p["deployment"]["device"]: p for p in doc["pareto"]}
+    assert doc["candidates_evaluated"] == 2 and doc["best"]["deployment"]["device"] == "h100-sxm@hbm_bandwidth=2"
+    folder = next((out / "launch").glob("0-*"))
+    assert (folder / "NOTES.txt").read_text().startswith("# note: h100-sxm@hbm_bandwidth=2 is a hardware what-if")
+    assert "what_if:\n  hbm_bandwidth: 2" in (folder / "deployment.yaml").read_text()
+    rc, stdout, err = run_cli("serve", "--deployment", str(folder / "deployment.yaml"), "--num-requests", "64",
+                              "--tier", "simulation", "--json", timeout_s=SLOW_S)
+    assert rc == 0, err
+    assert json.loads(stdout)["ttft_s"]["mean"] == pytest.approx(doc["best"]["simulation"]["ttft_s"], rel=1e-12)
+    assert set(by) <= {"h100-sxm", "h100-sxm@hbm_bandwidth=2"}
+
+
+@pytest.mark.parametrize("flag, words", [("clock=2", "NAME one of"), ("hbm_bandwidth=0", "--what-if"),
+                                         ("hbm_bandwidth", "NAME=F1")])
+def test_a_bad_what_if_is_one_line(flag, words):
+    rc, out, err = run_cli("optimize", "llama-3.1-8b", "--what-if", flag)
+    assert rc == 2 and words in err and len(err.strip().splitlines()) == 1

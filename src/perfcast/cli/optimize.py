@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--quantize", action="append", metavar="SCHEME|none",
                    help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
                         "repeat to search several (default: none)")
+    p.add_argument("--what-if", action="append", metavar="NAME=F1,F2,…",
+                   help="hardware what-ifs: also search every device with this datasheet figure × each factor "
+                        "(hbm_bandwidth, matrix_rate, link_bandwidth); repeat to combine")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
     p.add_argument("--batch-sizes", metavar="B1,B2,…",
@@ -86,6 +89,38 @@ def _devices(text: str) -> tuple[str, ...]:
     return names
 
 
+def _variants(devices: tuple[str, ...], what_ifs: list[str] | None) -> tuple[str, ...]:
+    """The devices and, for ``--what-if NAME=F1,F2`` (repeatable), every device under every
+    combination of the factors (the datasheet's own figure included)."""
+    import itertools
+
+    from perfcast.hardware.device import WHAT_IF
+    from perfcast.search.space import variant
+
+    axes = {}
+    for text in what_ifs or []:
+        name, _, values = text.partition("=")
+        name = name.strip()
+        if name not in WHAT_IF or not values:
+            raise UserError(f"--what-if {text!r}: expected NAME=F1,F2,… with NAME one of {', '.join(WHAT_IF)}")
+        if name in axes:
+            raise UserError(f"--what-if {name} given twice; give its factors once, comma-separated")
+        factors = _ints_or_floats(values, "--what-if")
+        axes[name] = sorted({1.0, *factors})
+    names = sorted(axes)
+    return tuple(variant(d, {k: f for k, f in zip(names, combo) if f != 1.0})
+                 for d in devices for combo in itertools.product(*(axes[n] for n in names)))
+
+
+def _ints_or_floats(text: str, flag: str) -> list[float]:
+    import argparse
+
+    try:
+        return [Number(positive=True, maximum=1e3)(v.strip()) for v in text.split(",") if v.strip()]
+    except argparse.ArgumentTypeError as e:
+        raise UserError(f"{flag}: {e}") from None
+
+
 def run(args) -> int:
     import sys
 
@@ -103,7 +138,8 @@ def run(args) -> int:
         bad = next(s for s in sizes if args.total_devices % s)
         raise UserError(f"--instance-sizes {bad} does not divide --total-devices {args.total_devices}")
     quantize = tuple(None if q.strip().lower() == "none" else q.strip() for q in args.quantize or ["none"])
-    spec = SearchSpec(args.model, _devices(args.devices), args.total_devices, args.isl, args.osl,
+    spec = SearchSpec(args.model, _variants(_devices(args.devices), args.what_if), args.total_devices, args.isl,
+                      args.osl,
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine,
                       modes=("agg", "disagg") if args.serving_mode == "both" else (args.serving_mode,),
                       quantize=tuple(dict.fromkeys(quantize)),

@@ -188,6 +188,7 @@ def _from_deployment(args) -> None:
         raise UserError(f"--deployment {args.deployment}: {d.instances} instances of an attention-DP layout; serve one "
                         f"(instances: 1, with its share of the load)")
     args.model, args.device, args.engine, args.dtype = d.model, d.device, d.engine, d.dtype
+    args.what_if = tuple(sorted((d.what_if or {}).items()))
     args.quantize, args.kv_cache_dtype = d.quantize, d.kv_cache_dtype
     # instances of a layout without attention DP are its data-parallel ranks: one engine each, the load split
     args.tp_size, args.ep_size, args.pp_size, args.attention_dp = lay.tp, lay.ep, lay.pp, lay.attention_dp
@@ -234,7 +235,7 @@ def run(args) -> int:
     layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
-                     args.topology, args.performance_model)
+                     args.topology, args.performance_model, what_if=getattr(args, "what_if", ()))
     slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
     dis = _disagg(args, layout)
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,

@@ -69,7 +69,7 @@ def _ms(x) -> str:
 
 def _row(p: Point) -> list[str]:
     cf, sim = p.figures("closed form") or {}, p.figures("simulation") or {}
-    return [p.candidate.short(),
+    return [p.candidate.device, p.candidate.short(),
             _ms(cf.get("ttft_s")), _ms(cf.get("tpot_s")),
             f"{cf.get('output_tokens_per_s_per_device', 0):,.1f}", f"{cf.get('output_tokens_per_s_per_user', 0):,.1f}",
             _ms(sim.get("ttft_s")), _ms(sim.get("tpot_s")),
@@ -79,9 +79,10 @@ def _row(p: Point) -> list[str]:
 
 def _table(title: str, points: list[Point]) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("deployment", "TTFT ms", "TPOT ms", "tok/s/dev", "tok/s/user", "sim TTFT", "sim TPOT",
+    for col in ("device", "deployment", "TTFT ms", "TPOT ms", "tok/s/dev", "tok/s/user", "sim TTFT", "sim TPOT",
                 "sim tok/s/dev", "SLOs"):
-        t.add_column(col, justify="left" if col == "deployment" else "right", no_wrap=col == "deployment")
+        t.add_column(col, justify="left" if col in ("device", "deployment") else "right",
+                     no_wrap=col in ("device", "deployment"))
     for p in points:
         t.add_row(*_row(p))
     return t

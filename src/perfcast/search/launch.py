@@ -35,6 +35,7 @@ import shlex
 
 from perfcast.capture.parallel import Layout
 from perfcast.search.optimize import Point, SearchSpec
+from perfcast.search.space import parse_variant
 from perfcast.serving.scheduler import scheduler_config
 
 KV_DTYPES = {"vllm": {"fp8": "fp8", "bf16": "auto", "fp16": "auto", "int8": None},
@@ -45,12 +46,15 @@ KV_DTYPES = {"vllm": {"fp8": "fp8", "bf16": "auto", "fp16": "auto", "int8": None
 def deployment_yaml(spec: SearchSpec, p: Point) -> dict:
     """The plain deployment file of ``p`` (:class:`perfcast.serving.deployment_file.DeploymentFile`)."""
     c, s = p.candidate, p.scheduler or {}
-    doc = {"perfcast_deployment": 1, "model": spec.model, "device": c.device, "engine": s.get("engine") or spec.engine,
+    device, what_if = parse_variant(c.device)
+    doc = {"perfcast_deployment": 1, "model": spec.model, "device": device, "engine": s.get("engine") or spec.engine,
            "dtype": spec.dtype, "quantize": c.quantize, "kv_cache_dtype": spec.kv_dtype, "mode": c.mode,
            "layout": _layout(c.layout), "instances": c.replicas if c.mode == "agg" else c.decode_instances,
            "max_batch_size": c.batch, "max_num_tokens": s.get("max_num_tokens"),
            "chunked_prefill": s.get("chunked_prefill"),
            "workload": {"isl": spec.isl, "osl": spec.osl}}
+    if what_if:
+        doc["what_if"] = dict(what_if)
     if c.mode == "agg":
         doc["workload"]["concurrency"] = c.concurrency
     else:
@@ -86,6 +90,8 @@ def launch_files(spec: SearchSpec, p: Point) -> tuple[dict[str, str], list[str]]
     engine ``p`` was priced with; notes say what the engine cannot express or what the user sets."""
     c, s = p.candidate, p.scheduler or {}
     engine = s.get("engine") or spec.engine or "trtllm"
+    if parse_variant(c.device)[1]:
+        return {}, [f"{c.device} is a hardware what-if, not a part one can launch on"]
     repo, frac = _repo(spec.model), _memory_fraction(engine, c.device, spec.model)
     roles = [("serve", c.layout, c.batch)] if c.mode == "agg" else \
         [("prefill", c.prefill_layout, None), ("decode", c.layout, c.batch)]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from perfcast.capture.parallel import Layout
 from perfcast.ir import UserError
 from perfcast.search import pareto
-from perfcast.search.space import BATCHES, Candidate, layouts
+from perfcast.search.space import BATCHES, Candidate, layouts, parse_variant
 from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.serve import DoesNotFit, ServeSpec, serve
 from perfcast.serving.step import Deployment
@@ -151,8 +151,10 @@ def meets(slo: SLO, fig: dict | None) -> bool:
 
 
 def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> Deployment:
-    return Deployment(spec.model, device, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
-                      performance_model=spec.performance_model)
+    """``device`` may be a what-if variant (:func:`perfcast.search.space.variant`)."""
+    name, what_if = parse_variant(device)
+    return Deployment(spec.model, name, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
+                      performance_model=spec.performance_model, what_if=what_if)
 
 
 def _chunked(spec: SearchSpec, dep: Deployment) -> bool | None:

@@ -80,6 +80,28 @@ class Candidate:
         return f"{self.device}{q} {self.replicas} × ({self.layout.describe()}) batch {self.batch}"
 
 
+#: ``h100-sxm@hbm_bandwidth=1.5,matrix_rate=2``: a device under hardware what-if multipliers
+#: (:func:`perfcast.hardware.device.scaled`) — a design point of the space, not a part one can buy.
+WHAT_IF_MARK = "@"
+
+
+def variant(device: str, what_if: dict[str, float]) -> str:
+    """The space's name of ``device`` under ``what_if`` (the device itself when there is none)."""
+    if not what_if:
+        return device
+    return device + WHAT_IF_MARK + ",".join(f"{k}={v:g}" for k, v in sorted(what_if.items()))
+
+
+def parse_variant(name: str) -> tuple[str, tuple[tuple[str, float], ...]]:
+    """``(device, what-if multipliers)`` of a space's device name."""
+    device, _, rest = name.partition(WHAT_IF_MARK)
+    pairs = []
+    for item in filter(None, rest.split(",")):
+        k, _, v = item.partition("=")
+        pairs.append((k, float(v)))
+    return device, tuple(sorted(pairs))
+
+
 def compact(lay: Layout) -> str:
     """``tp2``, ``tp1ep8dp8a`` (a: attention data parallelism), ``tp2pp2``."""
     out = f"tp{lay.tp}" + (f"ep{lay.ep}" if lay.ep > 1 else "") + (f"dp{lay.dp}" if lay.dp > 1 else "")

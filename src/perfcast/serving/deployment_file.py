@@ -64,6 +64,7 @@ class DeploymentFile(_Strict):
     chunked_prefill: bool | None = None
     disagg: DisaggEntry | None = None
     workload: WorkloadEntry | None = None
+    what_if: dict[Literal["hbm_bandwidth", "matrix_rate", "link_bandwidth"], float] | None = None
 
 
 def read_deployment(path: str | Path) -> DeploymentFile:
@@ -75,6 +76,8 @@ def read_deployment(path: str | Path) -> DeploymentFile:
     if spec.mode == "disagg" and spec.disagg is None:
         raise UserError(f"{path}: mode disagg needs a 'disagg' section (prefill_layout, prefill_instances, "
                         f"decode_instances)")
+    if spec.what_if and any(not 0 < v < 1e6 for v in spec.what_if.values()):
+        raise UserError(f"{path}: what_if: each multiplier must be positive and below 1e6")
     if spec.mode == "agg" and spec.disagg is not None:
         raise UserError(f"{path}: a 'disagg' section with mode agg; set mode: disagg or drop the section")
     return spec
