@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzzing import run_cli
+from serving_doc import table
 from perfcast.capture.parallel import Layout
 from perfcast.report.document import schema_text
 from perfcast.search import pareto
@@ -28,14 +29,7 @@ DOC = Path(__file__).parent.parent / "docs" / "design" / "search.md"
 
 
 def doc_table(header: str) -> list[list[str]]:
-    lines = DOC.read_text().split("## Worked example")[1].split("\n## ")[0].splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith(header))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
+    return table("Worked example", header, DOC)
 
 
 # --- the front ------------------------------------------------------------------------------------

@@ -18,29 +18,14 @@ def add_parser(sub) -> None:
                                    "batch limits and quantization for the most output tokens/s per device under "
                                    "the TTFT and TPOT objectives: every candidate screened in closed form, the "
                                    "front and the best confirmed by the event simulation (docs/design/search.md).")
-    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
-    p.add_argument("--devices", default="h200-sxm", metavar="D1,D2,…",
-                   help="device types to search (default h200-sxm; see `perfcast devices`)")
+    search_flags(p, "h200-sxm")
     p.add_argument("--total-devices", type=devices(), default=8, help="devices of the deployment (default 8)")
-    p.add_argument("--isl", type=count(), default=4000, help="input tokens per request (default 4000)")
-    p.add_argument("--osl", type=count(), default=500, help="output tokens per request (default 500)")
-    p.add_argument("--ttft", type=Number(positive=True, maximum=1e6), default=2.0, metavar="S",
-                   help="TTFT objective in seconds, on the mean (default 2)")
-    p.add_argument("--tpot", type=Number(positive=True, maximum=1e6), default=0.03, metavar="S",
-                   help="TPOT objective in seconds, on the mean (default 0.03)")
-    p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
     p.add_argument("--serving-mode", choices=("agg", "disagg", "both"), default="agg",
                    help="aggregated (default), disaggregated, or both")
-    p.add_argument("--quantize", action="append", metavar="SCHEME|none",
-                   help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
-                        "repeat to search several (default: none)")
     p.add_argument("--what-if", action="append", metavar="NAME=F1,F2,…",
                    help="hardware what-ifs: also search every device with this datasheet figure × each factor "
                         "(hbm_bandwidth, matrix_rate, link_bandwidth); repeat to combine")
-    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
-    p.add_argument("--batch-sizes", metavar="B1,B2,…",
-                   help="batch limits per instance rank to search (default 1,2,4,…,512)")
     p.add_argument("--instance-sizes", metavar="S1,S2,…",
                    help="devices per engine instance to search (default: every power of two dividing "
                         "--total-devices)")
@@ -62,6 +47,32 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
     p.set_defaults(run=run)
+
+
+def search_flags(p, default_devices: str) -> None:
+    """The flags ``optimize`` and ``recommend`` share: the model, the device types, the workload
+    and its objectives, the engine, the quantizations, the KV dtype and the batch limits."""
+    p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
+    p.add_argument("--devices", default=default_devices, metavar="D1,D2,…",
+                   help=f"device types to search (default {default_devices}; see `perfcast devices`)")
+    p.add_argument("--isl", type=count(), default=4000, help="input tokens per request (default 4000)")
+    p.add_argument("--osl", type=count(), default=500, help="output tokens per request (default 500)")
+    p.add_argument("--ttft", type=Number(positive=True, maximum=1e6), default=2.0, metavar="S",
+                   help="TTFT objective in seconds, on the mean (default 2)")
+    p.add_argument("--tpot", type=Number(positive=True, maximum=1e6), default=0.03, metavar="S",
+                   help="TPOT objective in seconds, on the mean (default 0.03)")
+    p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
+    p.add_argument("--quantize", action="append", metavar="SCHEME|none",
+                   help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
+                        "repeat to search several (default: none)")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    p.add_argument("--batch-sizes", metavar="B1,B2,…",
+                   help="batch limits per instance rank to search (default 1,2,4,…,512)")
+
+
+def quantizations(args) -> tuple[str | None, ...]:
+    """``--quantize`` (repeatable; ``none``: the model dtype), each once, in order."""
+    return tuple(dict.fromkeys(None if q.strip().lower() == "none" else q.strip() for q in args.quantize or ["none"]))
 
 
 def _ints(text: str | None, flag: str, kind) -> tuple[int, ...] | None:
@@ -137,12 +148,11 @@ def run(args) -> int:
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
         raise UserError(f"--instance-sizes {bad} does not divide --total-devices {args.total_devices}")
-    quantize = tuple(None if q.strip().lower() == "none" else q.strip() for q in args.quantize or ["none"])
     spec = SearchSpec(args.model, _variants(_devices(args.devices), args.what_if), args.total_devices, args.isl,
                       args.osl,
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine,
                       modes=("agg", "disagg") if args.serving_mode == "both" else (args.serving_mode,),
-                      quantize=tuple(dict.fromkeys(quantize)),
+                      quantize=quantizations(args),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,
                       max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
