@@ -115,7 +115,7 @@ def render(console: Console, result: SearchResult, doc: dict) -> None:
     if result.runners_up:
         console.print(_table("runners-up under the SLOs", result.runners_up))
     console.print(f"{result.candidates_evaluated} candidates evaluated, {len(result.confirmed)} simulated; rejected: "
-                  + ", ".join(f"{n} {REASONS[k].split(' (')[0]}" for k, n in result.rejected.items() if n))
+                  + (", ".join(f"{n} {REASONS[k].split(' (')[0]}" for k, n in result.rejected.items() if n) or "none"))
     console.print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings_s.items()))
     for n in doc["notes"]:
         console.print(f"note: {n}")
