@@ -7,7 +7,9 @@ space (:mod:`perfcast.search.space`) is
    :func:`perfcast.serving.serve.serve`, tier ``closed-form``): each engine instance rank's batch
    full — ``batch`` clients per rank in a closed loop, the operating point aiconfigurator and
    InferenceMAX sweep — with the engine's scheduler and its KV cache sized from the memory
-   model; each deployment's step model is compiled once for all its batch limits;
+   model; each deployment's step model is compiled once for all its batch limits. Disaggregated
+   candidates are screened by :mod:`perfcast.search.disagg`; the screening's units of work
+   (:func:`groups_of`) run here or on Ray (:mod:`perfcast.search.executor`), with one result;
 2. **placed**: the Pareto front of output tokens/s per device against tokens/s per user over every
    candidate that fits (:func:`perfcast.search.pareto.front`), and the candidates meeting the
    SLOs on their mean TTFT and TPOT;
