@@ -286,7 +286,8 @@ def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=
     points = [p for i in range(len(groups)) for p in by_group[i]]   # the group order, however they finished
     t1 = time.perf_counter()
     front, best, runners_up, notes = select(points, spec.slo, spec.confirm,
-                                            lambda todo: _confirm_all(spec, todo, jobs), every=spec.simulate_all)
+                                            lambda todo: _confirm_all(spec, todo, jobs, executor),
+                                            every=spec.simulate_all)
     t2 = time.perf_counter()
     rejected = {k: sum(1 for p in points if p.status == k) for k in REASONS}
     return SearchResult(spec, points, front, best, runners_up, rejected,
@@ -294,12 +295,17 @@ def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=
                         executor=executor.name, workers=executor.workers)
 
 
-def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None) -> None:
-    """Every point's simulation, in ``jobs`` forked processes (each inherits the compiled step
-    models; the simulations are deterministic, so the split does not change a figure)."""
+def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None, executor=None) -> None:
+    """Every point's simulation: on the search's Ray cluster when it has one (a Ray driver is not
+    forked), else in ``jobs`` forked processes (each inherits the compiled step models). The
+    simulations are deterministic, so the split does not change a figure."""
     import multiprocessing
     import os
 
+    if executor is not None and executor.name != "local":
+        for i, sim in executor.imap(_simulated, [(spec, p.candidate, p.closed_form) for p in todo]):
+            todo[i].simulation = sim
+        return
     jobs = jobs or len(os.sched_getaffinity(0))
     if jobs < 2 or len(todo) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for p in todo:
