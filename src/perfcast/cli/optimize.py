@@ -172,7 +172,7 @@ def run(args) -> int:
     if args.json:
         return emit(doc)
     check(doc)
-    report.render(Console(width=max(120, Console().width)), result, doc)
+    report.render(Console(width=max(140, Console().width)), result, doc)
     return 0
 
 
