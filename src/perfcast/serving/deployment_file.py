@@ -13,36 +13,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from perfcast.hardware.spec import _Strict
 from perfcast.inputs import load_yaml
+from perfcast.inputs.limits import MAX_DEVICES, MAX_SEQUENCES, MAX_TOKENS
 
 #: The file's layout version (bumped when a key changes meaning).
 VERSION = 1
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class LayoutEntry(_Strict):
-    tp: int = Field(1, ge=1, le=1 << 20)
-    ep: int = Field(1, ge=1, le=1 << 20)
-    dp: int = Field(1, ge=1, le=1 << 20)
-    pp: int = Field(1, ge=1, le=1 << 20)
+    tp: int = Field(1, ge=1, le=MAX_DEVICES)
+    ep: int = Field(1, ge=1, le=MAX_DEVICES)
+    dp: int = Field(1, ge=1, le=MAX_DEVICES)
+    pp: int = Field(1, ge=1, le=MAX_DEVICES)
     attention_dp: bool = False
 
 
 class DisaggEntry(_Strict):
     prefill_layout: LayoutEntry
-    prefill_instances: int = Field(ge=1, le=1 << 20)
-    decode_instances: int = Field(ge=1, le=1 << 20)
+    prefill_instances: int = Field(ge=1, le=MAX_DEVICES)
+    decode_instances: int = Field(ge=1, le=MAX_DEVICES)
 
 
 class WorkloadEntry(_Strict):
-    isl: int = Field(ge=1, le=2**31 - 1)
-    osl: int = Field(ge=1, le=2**31 - 1)
-    concurrency: int | None = Field(None, ge=1, le=1 << 24)
+    isl: int = Field(ge=1, le=MAX_TOKENS)
+    osl: int = Field(ge=1, le=MAX_TOKENS)
+    concurrency: int | None = Field(None, ge=1, le=MAX_SEQUENCES)
     request_rate: float | None = Field(None, gt=0, le=1e9)
 
 
@@ -58,9 +56,9 @@ class DeploymentFile(_Strict):
     kv_cache_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = None
     mode: Literal["agg", "disagg"] = "agg"
     layout: LayoutEntry = LayoutEntry()
-    instances: int = Field(1, ge=1, le=1 << 20)
-    max_batch_size: int | None = Field(None, ge=1, le=1 << 24)
-    max_num_tokens: int | None = Field(None, ge=1, le=2**31 - 1)
+    instances: int = Field(1, ge=1, le=MAX_DEVICES)
+    max_batch_size: int | None = Field(None, ge=1, le=MAX_SEQUENCES)
+    max_num_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     chunked_prefill: bool | None = None
     disagg: DisaggEntry | None = None
     workload: WorkloadEntry | None = None
