@@ -10,9 +10,10 @@ from dataclasses import replace
 
 from perfcast.capture.parallel import Layout
 from perfcast.ir import UserError
-from perfcast.search.optimize import REASONS, Point, SearchSpec, _chunked, _deployment, _settings, _slo_miss, meets
+from perfcast.search.optimize import (REASONS, Point, SearchSpec, _chunked, _deployment, _settings, _slo_miss,
+                                      meets, priced, short_of_kv)
 from perfcast.search.space import Candidate
-from perfcast.serving.serve import Disagg, DoesNotFit, ServeSpec
+from perfcast.serving.serve import Disagg, ServeSpec
 from perfcast.serving.step import Deployment
 from perfcast.serving.workload import Lengths, Workload
 
@@ -77,22 +78,14 @@ def screen(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layou
                 if not splits:
                     continue   # the pair does not fill the budget: not a candidate
                 dec, pre = _deployment(spec, device, quantize, dl), _deployment(spec, device, quantize, pl)
-                try:
-                    pools = pools_of(disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form"))
-                except DoesNotFit as e:
-                    out.append(Point(nominal, "does_not_fit", str(e)))
+                probe = disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form")
+                pools, refused = priced(nominal, lambda: pools_of(probe))
+                kv = pools.decode[4] if pools else None
+                refused = refused or short_of_kv(spec, nominal, kv.capacity_tokens, "the decode KV cache")
+                if refused:
+                    out.append(refused)
                     continue
-                except UserError as e:
-                    out.append(Point(nominal, "no_data", str(e)))
-                    continue
-                kv = pools.decode[4]
-                if kv.capacity_tokens < b * (spec.isl + spec.osl):
-                    out.append(Point(nominal, "does_not_fit",
-                                     f"the decode KV cache holds {kv.capacity_tokens:,} tokens per rank, "
-                                     f"{b * (spec.isl + spec.osl):,} needed for {b} requests at full length",
-                                     kv_capacity_tokens=kv.capacity_tokens))
-                    continue
-                load = mean_load(disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form").workload)
+                load = mean_load(probe.workload)
                 for x, y in splits:
                     c = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=x,
                                   decode_instances=y)

@@ -192,19 +192,10 @@ def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) ->
         return [Point(c, "invalid_layout", str(e)) for c in cands]
     out = []
     for c in cands:
-        try:
-            rep = serve(_serve_spec(spec, dep, c, "closed-form"))
-        except DoesNotFit as e:
-            out.append(Point(c, "does_not_fit", str(e)))
-            continue
-        except UserError as e:
-            out.append(Point(c, "no_data", str(e)))
-            continue
-        need = c.batch * (spec.isl + spec.osl)
-        if rep.kv.capacity_tokens < need:
-            out.append(Point(c, "does_not_fit", f"the KV cache holds {rep.kv.capacity_tokens:,} tokens per instance "
-                                                f"rank, {need:,} needed for {c.batch} requests at full length",
-                             kv_capacity_tokens=rep.kv.capacity_tokens))
+        rep, refused = priced(c, lambda: serve(_serve_spec(spec, dep, c, "closed-form")))
+        refused = refused or short_of_kv(spec, c, rep.kv.capacity_tokens, "the KV cache")
+        if refused:
+            out.append(refused)
             continue
         p = Point(c, "ok", closed_form=rep.results["closed form"], kv_capacity_tokens=rep.kv.capacity_tokens,
                   step_source=rep.step_source, scheduler=_settings(rep.scheduler))
@@ -212,6 +203,27 @@ def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) ->
             p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
         out.append(p)
     return out
+
+
+def priced(c: Candidate, price) -> tuple[object, Point | None]:
+    """``(price(), None)``, or ``(None, c rejected)`` when the serving layer refuses it: no room
+    for a KV cache (``does_not_fit``) or anything else it cannot price (``no_data``)."""
+    try:
+        return price(), None
+    except DoesNotFit as e:
+        return None, Point(c, "does_not_fit", str(e))
+    except UserError as e:
+        return None, Point(c, "no_data", str(e))
+
+
+def short_of_kv(spec: SearchSpec, c: Candidate, capacity: int, what: str) -> Point | None:
+    """``c`` rejected as not fitting when ``what`` (one rank's KV cache) cannot hold its batch of
+    requests at full length (``isl + osl`` each, as guaranteed-no-evict admission reserves)."""
+    need = c.batch * (spec.isl + spec.osl)
+    if capacity >= need:
+        return None
+    return Point(c, "does_not_fit", f"{what} holds {capacity:,} tokens per rank, {need:,} needed for {c.batch} "
+                                    f"requests at full length", kv_capacity_tokens=capacity)
 
 
 def _settings(sched) -> dict:
