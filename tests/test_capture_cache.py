@@ -313,7 +313,7 @@ def test_an_entry_for_another_key_is_not_used(entry, monkeypatch):
     doc = _document(data)
     for change in [{"format": 1}, {"magic": "pickle"}, {"key": None}, {"extra": 1}]:
         path.write_bytes(_gzip({**doc, **change}))
-        assert _unreadable(path, key) in ("not a capture cache entry of this format", "unexpected fields",
+        assert _unreadable(path, key) in ("not a cache entry of this kind and format", "unexpected fields",
                                           "an entry for another key")
     # another perfcast version asks for another file, and captures anew
     m = _model("llama-3.1-8b")

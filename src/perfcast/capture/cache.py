@@ -128,9 +128,14 @@ def symbolic_capture(model: ModelConfig, *, dtype: str, decode: bool, context: b
 
 
 def store(path: Path, key: dict, cap: Capture) -> None:
-    """Write the entry for ``key`` atomically: a unique temporary file in the same folder,
-    synced, then renamed over ``path``."""
-    doc = {"magic": MAGIC, "format": FORMAT, "key": key, "capture": codec.encode(cap)}
+    """Write the capture entry for ``key`` (:func:`write_entry`)."""
+    write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, "capture": codec.encode(cap)})
+
+
+def write_entry(path: Path, doc: dict) -> None:
+    """Write ``doc`` as gzip-compressed strict JSON atomically: a unique temporary file in the
+    same folder, synced, then renamed over ``path``. Shared with the step-model cache
+    (:mod:`perfcast.serving.step_cache`)."""
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     data = gzip.compress(text.encode(), compresslevel=6, mtime=0)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,21 +155,29 @@ def store(path: Path, key: dict, cap: Capture) -> None:
 def load(path: Path, key: dict) -> Capture:
     """The capture stored at ``path`` for ``key``; :class:`FileNotFoundError` if there is none,
     :class:`Unreadable` (with the reason) if the file is not such an entry."""
+    body = read_entry(path, MAGIC, FORMAT, key, "capture")
+    try:
+        return codec.decode(body)
+    except codec.Invalid as e:
+        raise Unreadable(str(e)) from None
+
+
+def read_entry(path: Path, magic: str, fmt: int, key: dict, field: str):
+    """The ``field`` of the entry at ``path`` written by :func:`write_entry` with this
+    ``magic``, ``fmt`` and ``key`` (and no other field); :class:`FileNotFoundError` if there is
+    none, :class:`Unreadable` (with the reason) if the file is not such an entry."""
     text = _inflate(_read(path))
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, nested too deep, NaN
         raise Unreadable(f"not JSON ({type(e).__name__})") from None
-    if type(doc) is not dict or doc.get("magic") != MAGIC or doc.get("format") != FORMAT:
-        raise Unreadable("not a capture cache entry of this format")
-    if set(doc) != {"magic", "format", "key", "capture"}:
+    if type(doc) is not dict or doc.get("magic") != magic or doc.get("format") != fmt:
+        raise Unreadable("not a cache entry of this kind and format")
+    if set(doc) != {"magic", "format", "key", field}:
         raise Unreadable("unexpected fields")
     if doc["key"] != key:
         raise Unreadable("an entry for another key")
-    try:
-        return codec.decode(doc["capture"])
-    except codec.Invalid as e:
-        raise Unreadable(str(e)) from None
+    return doc[field]
 
 
 def _read(path: Path) -> bytes:

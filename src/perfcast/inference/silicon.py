@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
@@ -37,6 +36,9 @@ from perfcast.inputs import load_yaml
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
 from perfcast.models.quant_configs import read as read_quantization
+
+if TYPE_CHECKING:  # pandas is imported where the rows are read: the serving layer needs none of it
+    import pandas as pd
 
 #: Columns the mapping reads (the shipped copy keeps exactly these, plus ``concurrency``).
 COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
@@ -87,6 +89,8 @@ def manifest() -> dict:
 def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
     """The rows (all values as strings, empty where the source is empty) and a one-line
     description of where they came from. ``path`` None: the copy shipped with perfcast."""
+    import pandas as pd
+
     p = Path(path) if path is not None else shipped_path()
     try:
         frame = pd.read_csv(p, dtype=str, keep_default_na=False)

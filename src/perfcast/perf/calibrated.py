@@ -110,6 +110,20 @@ class KernelCalibration:
             breakdown["memory.hbm"] = f_memory(args[1], args[3])
         return f_time(*args), breakdown
 
+    def used(self) -> list[str]:
+        """The fit keys whose opaque functions symbolic prices have called so far."""
+        return sorted(self._functions)
+
+    def restore(self, keys) -> None:
+        """Create the opaque functions of ``keys`` (as :meth:`used` listed them) without pricing a
+        leaf, so a cached lambdified expression finds them in :meth:`numpy_functions`;
+        :class:`KeyError` for a key this calibration has no fit for."""
+        for key in keys:
+            fit = self.fit(key)
+            if fit is None:
+                raise KeyError(key)
+            self._opaque(key, fit, sorted(fit.item_s), list(fit.residual.axes) if fit.residual is not None else [])
+
     def _opaque(self, key: str, fit: KernelFit, items: list[str], axes: list[str]):
         if key not in self._functions:
             base = re.sub(r"[^A-Za-z0-9]+", "_", key).strip("_")

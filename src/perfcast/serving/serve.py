@@ -129,6 +129,7 @@ def serve(spec: ServeSpec) -> ServeReport:
     step = compile_step(dep, max_tokens=_max_tokens(sched, load, k))
     mem, kv = _kv_cache(spec, sched, step)
     notes = list(_notes(dep, sched, kv, mem, ranks))
+    notes += [n for n in (step.unpriced_note(),) if n]
     results, trace = {}, None
     if spec.tier in ("simulation", "both"):
         r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,

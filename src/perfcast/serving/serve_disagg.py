@@ -118,7 +118,8 @@ def serve_disagg(spec):
                             "source": one.source},
             "prefill_kv_capacity_tokens": pkv.capacity_tokens, "splits": chosen}
     notes = (f"disaggregated: {x} prefill instance(s) of {pdep.layout.describe()} → {y} decode instance(s) of "
-             f"{ddep.layout.describe()}; KV transfer {one.seconds * 1e3:.3f} ms at the mean input over {one.source}",)
+             f"{ddep.layout.describe()}; KV transfer {one.seconds * 1e3:.3f} ms at the mean input over {one.source}",
+             *(n for n in (pstep.unpriced_note("prefill pool's "), dstep.unpriced_note("decode pool's ")) if n))
     return ServeReport(spec, dsched, dkv, dmem, 1, dstep.source, results, trace, notes, info)
 
 

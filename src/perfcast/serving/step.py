@@ -35,7 +35,8 @@ vectorised call), the attention parts lazily per batch (decode) or chunk length 
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
@@ -53,6 +54,7 @@ from perfcast.inference.steps import decisions
 from perfcast.inference.textgen import Request, make_model, simulate
 from perfcast.ir import UserError, dim
 from perfcast.rollup import LaunchModel, rollup
+from perfcast.serving import step_cache
 from perfcast.serving.types import Mix
 
 #: Context grid of the attention tables (tokens); between two grid points the time is linear.
@@ -123,19 +125,41 @@ class StepModel:
         self.proto.validate()
         self.profile = self.proto.profile()
         self.max_tokens = int(max_tokens)
-        self.unpriced: dict = {}
-        self._decode = self._compile(decode=True)
-        self._prefill = self._compile(decode=False)
+        pm = self._pricing()
+        key = step_cache.key_of("step", deployment, self.proto, self.max_tokens)
+        (self._decode, self._prefill, self._dense_decode, self._dense_prefill, self._head,
+         self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: _encode(c, pm),
+                                                lambda doc: _decode(doc, pm, self.max_tokens))
         self._decode_rows: dict[int, list[float]] = {}
         self._prefill_rows: dict[tuple[int, int], list[float]] = {}
-        self._dense_decode = self._table(self._decode, decode=True)
-        self._dense_prefill = self._table(self._prefill, decode=False)
-        self._head = self._head_table()
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing")
 
+    def unpriced_note(self, role: str = "") -> str | None:
+        """One line naming the ops the step has no cost rule for (priced at zero), or None."""
+        if not self.unpriced:
+            return None
+        ops = ", ".join(f"{op} ({shapes}) ×{n}" for (op, shapes), n in self.unpriced.most_common(4))
+        more = f" and {len(self.unpriced) - 4} more" if len(self.unpriced) > 4 else ""
+        return (f"{role}step: {sum(self.unpriced.values())} op call(s) with no cost rule, priced at ZERO: "
+                f"{ops}{more}")
+
     # Compilation --------------------------------------------------------------------------
-    def _compile(self, decode: bool) -> dict[tuple, tuple[_Part, list[int]]]:
+    def _pricing(self):
+        """The performance model the step is rolled up with."""
+        proto, name = self.proto, self.deployment.performance_model
+        return DatasheetRoofline(proto.device, proto.mesh()) if name == "roofline" else \
+            make_model(name, proto.device, None, proto.mesh(), self.profile)
+
+    def _compiled(self, pm) -> tuple:
+        """(decode parts, prefill parts, dense decode table, dense prefill table, head table,
+        unpriced ops): what the step cache keeps."""
+        unpriced = Counter()
+        decode, prefill = self._compile(True, pm, unpriced), self._compile(False, pm, unpriced)
+        return (decode, prefill, self._table(decode, decode=True), self._table(prefill, decode=False),
+                self._head_table(prefill), unpriced)
+
+    def _compile(self, decode: bool, pm, unpriced: Counter) -> dict[tuple, tuple[_Part, list[int]]]:
         """Per size decision of the engine: the lowering's parts and the token counts it serves."""
         dep, proto = self.deployment, self.proto
         model = proto.model
@@ -146,9 +170,6 @@ class StepModel:
         applied = engines.apply(self.profile, cap, decode=decode, device=proto.device.name,
                                 hidden_size=int(model.data["hidden_size"]))
         quant = quantization.resolve(proto)
-        mesh = proto.mesh()
-        pm = DatasheetRoofline(proto.device, mesh) if dep.performance_model == "roofline" else \
-            make_model(dep.performance_model, proto.device, None, mesh, self.profile)
         groups: dict[tuple, list[int]] = defaultdict(list)
         for t in range(1, self.max_tokens + 1):
             groups[decisions(self.profile, proto, t, decode)].append(t)
@@ -158,7 +179,7 @@ class StepModel:
             at = {dim("B"): rep, dim("C"): 2} if decode else {dim("B"): 1, dim("S"): rep, dim("C"): 2}
             low = lower(applied.capture, quantize=quant.plan, model_dtype=dep.dtype, kv_dtype=quant.kv_override,
                         name=model.name, plan=applied.plan, engine=self.profile.name, decide_at=at)
-            self.unpriced.update(low.unknown)
+            unpriced.update(low.unknown)
             launch = engines.launch_for(self.profile, decode=decode, tokens=rep, device=proto.device)
             out[key] = (self._parts(rollup(low.graph, pm, LaunchModel(launch.mode, launch.host_interval_s)),
                                     pm, decode), tokens)
@@ -193,10 +214,10 @@ class StepModel:
             out[tokens] = np.broadcast_to(part.dense(t) if decode else part.dense(np.ones_like(t), t), t.shape)
         return out.tolist()
 
-    def _head_table(self) -> list[float]:
+    def _head_table(self, prefill: dict) -> list[float]:
         """The LM head over ``n`` sequences' last positions (prefill graph), n = 0..max_tokens."""
         out = np.zeros(self.max_tokens + 1)
-        for part, tokens in self._prefill.values():
+        for part, tokens in prefill.values():
             t = np.asarray(tokens, dtype=float)
             out[tokens] = np.broadcast_to(part.head(t), t.shape)
         return out.tolist()
@@ -305,6 +326,63 @@ def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
     return out
 
 
+def _encode(compiled: tuple, pm) -> dict:
+    """A compiled step model as the step cache keeps it (:mod:`perfcast.serving.step_cache`)."""
+    decode, prefill, dense_decode, dense_prefill, head, unpriced = compiled
+
+    def groups(parts: dict) -> list[dict]:
+        return [{"key": json.loads(json.dumps(key, default=str)), "runs": _runs(tokens),
+                 **{name: step_cache.source_of(fn) for name, fn in
+                    (("dense", part.dense), ("attention", part.attention), ("head", part.head)) if fn is not None}}
+                for key, (part, tokens) in parts.items()]
+
+    calibration = getattr(pm, "calibration", None)
+    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": dense_decode,
+            "dense_prefill": dense_prefill, "head": head, "fits": calibration.used() if calibration else [],
+            "unpriced": [[op, shapes, n] for (op, shapes), n in unpriced.items()]}
+
+
+def _decode(doc: dict, pm, max_tokens: int) -> tuple:
+    """The inverse of :func:`_encode`, the sources compiled by :func:`step_cache.compiled`."""
+    calibration = getattr(pm, "calibration", None)
+    if calibration is not None:
+        calibration.restore(doc["fits"])
+    elif doc["fits"]:
+        raise step_cache.Unreadable("calibrated fits for a performance model without a calibration")
+    names = pm.numpy_functions()
+
+    def parts(groups: list, decode: bool) -> dict:
+        out = {}
+        for g in groups:
+            fn = {k: step_cache.compiled(g[k], names) for k in (("dense", "attention") if decode else
+                                                                ("dense", "attention", "head"))}
+            out[_tupled(g["key"])] = (_Part(fn["dense"], fn["attention"], fn.get("head")),
+                                      [t for a, b in g["runs"] for t in range(int(a), int(b) + 1)])
+        return out
+
+    tables = [[float(x) for x in doc[k]] for k in ("dense_decode", "dense_prefill", "head")]
+    if any(len(t) != max_tokens + 1 for t in tables):
+        raise step_cache.Unreadable(f"tables not of {max_tokens + 1} entries")
+    return (parts(doc["decode"], True), parts(doc["prefill"], False), *tables,
+            Counter({(str(op), str(shapes)): int(n) for op, shapes, n in doc["unpriced"]}))
+
+
+def _runs(tokens: list[int]) -> list[list[int]]:
+    """Sorted token counts as inclusive runs ``[first, last]``."""
+    out: list[list[int]] = []
+    for t in tokens:
+        if out and out[-1][1] == t - 1:
+            out[-1][1] = t
+        else:
+            out.append([t, t])
+    return out
+
+
+def _tupled(value):
+    """A JSON value with its lists as tuples (a size-decision key as it was)."""
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:
     """The step model of ``deployment`` (see :class:`StepModel`), memoised per process: one
     compiled for at least ``max_tokens`` is reused (its dense table holds every smaller step's
@@ -333,12 +411,20 @@ class Memory:
 def memory_of(deployment: Deployment, max_tokens: int) -> Memory:
     """The memory report of a prefill of ``max_tokens`` tokens in one sequence (the engines size
     their activation workspace by their largest step: vLLM ``profile_run`` with
-    ``max_num_batched_tokens``, TensorRT-LLM's ``max_num_tokens`` warm-up)."""
+    ``max_num_batched_tokens``, TensorRT-LLM's ``max_num_tokens`` warm-up); kept in the step
+    cache."""
     req = replace(deployment.request(decode=False, batch=1, length=max(2, max_tokens)),
                   performance_models=("analytic",))
-    mem = simulate(req).memory
-    return Memory(int(mem.capacity_bytes), int(mem.weights_bytes), int(mem.activation_peak_bytes),
-                  int(mem.kv_cache_bytes_per_token))
+
+    def report() -> Memory:
+        mem = simulate(req).memory
+        return Memory(int(mem.capacity_bytes), int(mem.weights_bytes), int(mem.activation_peak_bytes),
+                      int(mem.kv_cache_bytes_per_token))
+
+    return step_cache.remembered(step_cache.key_of("memory", deployment, req, max_tokens), report,
+                                 lambda m: [m.capacity_bytes, m.weights_bytes, m.activation_bytes,
+                                            m.kv_bytes_per_token],
+                                 lambda v: Memory(*(int(x) for x in v)))
 
 
 def kv_capacity_tokens(mem: Memory, fraction: float, basis: str, block: int) -> int:

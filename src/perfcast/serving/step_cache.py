@@ -1,0 +1,146 @@
+"""The step-model cache: what compiling a deployment's step model produced, kept on disk, so a
+new process prices steps without capturing, lowering, rolling up or lambdifying again.
+
+An entry lives in ``$XDG_CACHE_HOME/perfcast/steps`` (default ``~/.cache/perfcast``) in the
+capture cache's format (:func:`perfcast.capture.cache.write_entry`: gzip-compressed strict JSON,
+written atomically, read with size and file-type checks). A ``step`` entry holds, for one
+deployment compiled for ``max_tokens``: the dense and LM-head tables (floats round-trip exactly
+through JSON), per size decision of the engine the token runs it serves and its parts' NumPy
+source as :func:`sympy.lambdify` printed it, the calibrated kernel fits those sources call, and
+the ops with no cost rule. A ``memory`` entry holds a deployment's memory report (four integers).
+
+The key is everything the result depends on: every field of the deployment and the inputs its
+names resolve to (model config, device, engine profile, device mesh — a user's file changes
+them), ``max_tokens``, the versions of perfcast, torch, transformers, SymPy and NumPy, and a
+digest of the whole installed package, code and data (any edit misses). An entry holds its whole
+key and is used only if that key is the one asked for.
+
+A source is compiled only after its syntax tree is checked: one function whose body returns one
+expression built from its arguments, numbers, arithmetic, comparisons and calls of the names the
+printer emits (NumPy's ufuncs and a few array functions, ``functools.reduce``) or of the
+performance model's own functions. Anything else makes the entry unreadable: a miss, compiled
+anew and overwritten (debug note on the ``perfcast.serving.step_cache`` logger). So a damaged or
+foreign file costs time, never runs code.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from perfcast.capture.cache import Unreadable, _versions, read_entry, write_entry
+
+FORMAT = 1  # bump when an entry's fields or their meaning change
+MAGIC = "perfcast step cache"
+SUFFIX = ".json.gz"
+
+log = logging.getLogger(__name__)
+
+#: Syntax a cached source may use (:func:`compiled`).
+_NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Expression, ast.BinOp,
+          ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.keyword, ast.Name, ast.Constant,
+          ast.List, ast.Tuple, ast.Load, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+#: Array functions lambdify's NumPy printer emits besides the ufuncs (sympy/printing/numpy.py).
+_ARRAY_FUNCTIONS = ("select", "where", "amax", "amin", "array", "asarray", "broadcast_to", "sum", "prod",
+                    "isnan", "inf", "nan", "pi", "e", "euler_gamma")
+
+
+@functools.cache
+def _printer_names() -> dict[str, object]:
+    names = {n: getattr(np, n) for n in dir(np) if isinstance(getattr(np, n, None), np.ufunc)}
+    names.update({n: getattr(np, n) for n in _ARRAY_FUNCTIONS if hasattr(np, n)})
+    names["reduce"] = functools.reduce
+    return names
+
+
+def cache_dir() -> Path:
+    from perfcast.capture.cache import cache_dir as captures
+
+    return captures().parent / "steps"
+
+
+@functools.cache
+def package_digest() -> str:
+    """SHA-256 over every file of the installed perfcast package (path and bytes), caches aside."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
+    """Everything a ``kind`` entry of ``deployment`` (its step request ``proto``) depends on."""
+    key = {"kind": kind, "deployment": dataclasses.asdict(deployment), "max_tokens": int(max_tokens),
+           "config": proto.model.data, "device": repr(proto.device), "profile": repr(proto.profile()),
+           "mesh": repr(proto.mesh()), "versions": {**_versions(), "numpy": np.__version__},
+           "package": package_digest(), "format": FORMAT}
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+def _path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return cache_dir() / f"{key['kind']}-{key['deployment']['model'][:48]}-{digest}{SUFFIX}"
+
+
+def remembered(key: dict, build, encode, decode):
+    """``decode`` of the entry for ``key``, else ``build()`` (kept with ``encode``). A decode
+    that fails on the entry's content (:class:`Unreadable`, a missing field, a wrong type) is a
+    miss; an unwritable cache only costs speed."""
+    path = _path(key)
+    try:
+        return decode(read_entry(path, MAGIC, FORMAT, key, key["kind"]))
+    except FileNotFoundError:
+        pass
+    except (Unreadable, KeyError, TypeError, ValueError, IndexError) as e:
+        log.debug("step cache: %s: not used (%s: %s); compiling anew", path, type(e).__name__, e)
+    value = build()
+    try:
+        write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, key["kind"]: encode(value)})
+    except ValueError as e:  # a NaN in a table or key: strict JSON has no token for it
+        log.debug("step cache: %s: not written (%s)", path, e)
+    except OSError as e:
+        log.debug("step cache: %s: not written (%s)", path, e.strerror or e)
+    return value
+
+
+def source_of(fn) -> str:
+    """The source :func:`sympy.lambdify` generated for ``fn`` (it registers it with linecache)."""
+    return inspect.getsource(fn)
+
+
+def compiled(source: str, names: dict[str, object]):
+    """The function ``source`` defines, after the syntax check of the module docstring; the
+    names it calls resolve in ``names`` (the performance model's functions) or the printer's."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as e:
+        raise Unreadable(f"a source that does not parse ({e})") from None
+    fn = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list or len(fn.body) != 1 \
+            or not isinstance(fn.body[0], ast.Return) or fn.args.vararg or fn.args.kwarg or fn.args.defaults:
+        raise Unreadable("a source that is not one function returning one expression")
+    args = {a.arg for a in fn.args.args}
+    known = {**_printer_names(), **names}
+    used = {}
+    for node in ast.walk(fn.body[0]):
+        if not isinstance(node, _NODES):
+            raise Unreadable(f"a source with a {type(node).__name__} node")
+        if isinstance(node, ast.Constant) and type(node.value) not in (int, float):
+            raise Unreadable(f"a source with a {type(node.value).__name__} constant")
+        if isinstance(node, ast.Name) and node.id not in args:
+            if node.id not in known:
+                raise Unreadable(f"a source naming {node.id!r}")
+            used[node.id] = known[node.id]
+    namespace = {"__builtins__": {}, **used}
+    exec(compile(tree, "<perfcast step cache>", "exec"), namespace)
+    return namespace[fn.name]
