@@ -6,7 +6,8 @@ import pytest
 from perfcast.capture.parallel import Layout
 from perfcast.inference.textgen import simulate
 from perfcast.ir import UserError
-from perfcast.serving.step import GRID, Deployment, Memory, compile_step, kv_capacity_tokens
+from perfcast.serving.memory import Memory, kv_capacity_tokens
+from perfcast.serving.step import GRID, Deployment, compile_step
 from perfcast.serving.types import Chunk, Mix
 
 LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "trtllm")

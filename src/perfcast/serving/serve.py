@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from perfcast.ir import UserError
 from perfcast.serving import meanfield
+from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
 from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
 from perfcast.serving.sim import Speculative, simulate
-from perfcast.serving.step import Deployment, Memory, StepModel, compile_step, kv_capacity_tokens, memory_of
+from perfcast.serving.step import Deployment, StepModel, compile_step
 from perfcast.serving.types import SLO, KVCache, ServingResult
 from perfcast.serving.workload import Workload
 
