@@ -3,8 +3,8 @@
 - :mod:`.types` — the plain, hashable inputs: a step's batch mix, the step-cost interface, the
   result both tiers report;
 - :mod:`.step` — the step model compiled once per (model, engine, device, layout) from a
-  symbolic capture, priced for any mix without re-capturing; :mod:`.memory` — the KV cache's
-  size;
+  symbolic capture, priced for any mix (or arrays of mixes) without re-capturing; :mod:`.memory`
+  — the KV cache's size;
 - :mod:`.scheduler`, :mod:`.policies`, :mod:`.kvcache` — the engines' schedulers as profile
   data, their per-step loops, the block pool with prefix reuse;
 - :mod:`.workload` — closed loop, Poisson/gamma arrivals, traces, length distributions;

@@ -263,6 +263,45 @@ class StepModel:
             t += self.attention_prefill_s(1, c.tokens, c.past, tokens)
         return t
 
+    @cached_property
+    def _arrays(self) -> tuple:
+        """The dense and head tables as arrays, every lowering's part in one list, and the index
+        into it of each token count's part (decode graph, prefill graph)."""
+        parts, index = [], []
+        for compiled in (self._decode, self._prefill):
+            ix = np.zeros(self.max_tokens + 1, dtype=np.int64)
+            for part, tokens in compiled.values():
+                ix[tokens] = len(parts)
+                parts.append(part)
+            index.append(ix)
+        return np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index
+
+    def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray:
+        """:meth:`step_s` elementwise (:class:`~perfcast.serving.types.StepCostArray`): the same
+        tables, parts and 16-token grid, each distinct grid point priced once per call."""
+        cols = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in
+                                     (decodes, decode_context, chunk_tokens, chunk_past, chunks)))
+        shape = cols[0].shape
+        d, ctx, t, p, c = (v.ravel() for v in cols)
+        tokens = d * (1 + draft) + c * t
+        top = int(tokens.max(initial=0))
+        if top > self.max_tokens:
+            raise UserError(f"a step of {top} tokens exceeds the {self.max_tokens} the step model was "
+                            f"compiled for (raise --max-num-tokens' bound or lower the batch)")
+        dense_decode, dense_prefill, head, parts, decode_ix, prefill_ix = self._arrays
+        mean = np.divide(ctx, d, out=np.zeros(d.shape), where=d > 0)
+        mixed, has = c > 0, d > 0
+        out = np.where(mixed, dense_prefill[tokens] + head[d + c], dense_decode[tokens])
+        if draft == 0:
+            out[has] += _on_grid(parts, decode_ix[tokens[has]], (d[has],), mean[has])
+        else:
+            out[has] += _prefill_on_grid(parts, prefill_ix[tokens[has]], d[has], np.full(has.sum(), 1 + draft),
+                                         mean[has])
+        out[mixed] += c[mixed] * _prefill_on_grid(parts, prefill_ix[tokens[mixed]], np.ones(mixed.sum(), np.int64),
+                                                  t[mixed], p[mixed])
+        out[tokens == 0] = 0.0
+        return out.reshape(shape)
+
     def step_many(self, decodes, decode_context, chunk_tokens, chunk_past) -> np.ndarray:
         """Vectorised, exact (no grid): steps of ``decodes`` sequences with ``decode_context``
         cached tokens in all and at most one prefill chunk (``chunk_tokens`` 0: none) each."""
@@ -293,6 +332,36 @@ class StepModel:
                     t = np.where(has, t + _decode_attention(self._decode, tokens[m], dm, cm), t)
                 out[m] = t
         return out
+
+
+def _on_grid(parts: list, part_ix, cols: tuple, context) -> np.ndarray:
+    """``parts[part_ix].attention(*cols, c)`` interpolated on the 16-token grid of ``c`` as
+    :meth:`StepModel._row` interpolates its rows; each distinct (part, cols, grid point) once."""
+    i = (context // GRID).astype(np.int64)
+    keys = [np.concatenate([k, k]) for k in (part_ix, *cols)] + [np.concatenate([i, i + 1])]
+    dims = [int(k.max(initial=0)) + 1 for k in keys]
+    unique, inverse = np.unique(np.ravel_multi_index(keys, dims), return_inverse=True)
+    at = np.unravel_index(unique, dims)
+    values = np.empty(len(unique))
+    for j in np.unique(at[0]):
+        m = at[0] == j
+        args = [a[m].astype(float) for a in at[1:-1]] + [at[-1][m] * float(GRID)]
+        values[m] = np.broadcast_to(parts[j].attention(*args), args[0].shape)
+    lo, hi = values[inverse[:len(i)]], values[inverse[len(i):]]
+    return lo + (context / GRID - i) * (hi - lo)
+
+
+def _prefill_on_grid(parts: list, part_ix, batch, new, past) -> np.ndarray:
+    """:meth:`StepModel.attention_prefill_s` on arrays: chunks of more than 64 tokens off the
+    16-token grid of lengths interpolate between its neighbours."""
+    exact = (new <= 64) | (new % GRID == 0)
+    lo = np.where(exact, new, new // GRID * GRID)
+    m = ~exact
+    both = _on_grid(parts, np.concatenate([part_ix, part_ix[m]]), (np.concatenate([batch, batch[m]]),
+                    np.concatenate([lo, lo[m] + GRID])), np.concatenate([past, past[m]]))
+    out, above = both[:len(new)], both[len(new):]
+    out[m] += (new[m] - lo[m]) / GRID * (above - out[m])
+    return out
 
 
 def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
