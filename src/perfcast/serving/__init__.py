@@ -13,7 +13,7 @@
 - :mod:`.disagg` — the same simulation over a prefill pool and a decode pool (disaggregated);
   :mod:`.transfer` — the KV transfer priced on the topology;
 - :mod:`.meanfield`, :mod:`.meanfield_disagg`, :mod:`.queueing` — the closed form (mean
-  field) for searches;
+  field) for searches; :mod:`.meanfield_grid` — the closed loop over arrays of load points;
 - :mod:`.agreement` — the two tiers side by side;
 - :mod:`.metrics` — the benchmark clients' metric definitions;
 - :mod:`.serve`, :mod:`.serve_disagg` — ``perfcast serve``, the application;
