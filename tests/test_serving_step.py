@@ -6,8 +6,9 @@ import pytest
 from perfcast.capture.parallel import Layout
 from perfcast.inference.textgen import simulate
 from perfcast.ir import UserError
-from perfcast.serving.step import GRID, Deployment, Memory, compile_step, kv_capacity_tokens
-from perfcast.serving.types import Chunk, Mix
+from perfcast.serving.memory import Memory, kv_capacity_tokens
+from perfcast.serving.step import GRID, Deployment, compile_step
+from perfcast.serving.types import AffineStep, Chunk, Mix
 
 LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "trtllm")
 
@@ -62,6 +63,23 @@ def test_the_vectorised_prices_are_the_scalar_ones_on_the_grid(llama):
     assert many == pytest.approx(one, rel=1e-9)
 
 
+def test_arrays_of_mixes_are_priced_as_one_mix_is(llama):
+    """``step_s_array`` (the closed form's grid tabulates with it): the step model's and the
+    affine step's elementwise ``step_s``, decodes with and without speculative tokens, none, one
+    or two identical chunks."""
+    rng = np.random.default_rng(0)
+    d, ctx = rng.integers(0, 300, 400), rng.integers(0, 3000, 400)
+    t, p, c = rng.integers(1, 1500, 400), rng.integers(0, 5000, 400), rng.integers(0, 3, 400)
+    c[d == 0] = 1
+    affine = AffineStep(0.008, 5e-5, 1e-8)
+    for k in (0, 2):
+        model, line = llama.step_s_array(d, d * ctx, t, p, c, k), affine.step_s_array(d, d * ctx, t, p, c, k)
+        for i in range(400):
+            mix = Mix(int(d[i]), int(d[i] * ctx[i]), (Chunk(int(t[i]), int(p[i])),) * int(c[i]), draft=k)
+            assert model[i] == pytest.approx(llama.step_s(mix), rel=1e-14)
+            assert line[i] == affine.step_s(mix)
+
+
 def test_speculative_verification_costs_more_than_a_decode_and_less_than_k_plus_one(llama):
     one = llama.step_s(Mix(16, 16 * 1024))
     verify = llama.step_s(Mix(16, 16 * 1024, draft=3))
@@ -71,6 +89,8 @@ def test_speculative_verification_costs_more_than_a_decode_and_less_than_k_plus_
 def test_a_step_beyond_the_compiled_tokens_is_one_line(llama):
     with pytest.raises(UserError, match="exceeds the 4096"):
         llama.step_s(Mix(chunks=(Chunk(5000),)))
+    with pytest.raises(UserError, match="a step of 5000 tokens exceeds the 4096"):
+        llama.step_s_array([1, 0], [10, 0], [2, 5000], [0, 0], [1, 1])
 
 
 def test_pipeline_parallel_and_profiling_are_refused():

@@ -10,9 +10,10 @@ import pytest
 import sympy
 
 from perfcast.capture.cache import write_entry
-from perfcast.serving import step as step_mod
+from perfcast.serving import memory as memory_mod
 from perfcast.serving import step_cache
-from perfcast.serving.step import Deployment, StepModel, memory_of
+from perfcast.serving.memory import memory_of
+from perfcast.serving.step import Deployment, StepModel
 from perfcast.serving.step_cache import Unreadable, compiled
 from perfcast.serving.types import Chunk, Mix
 
@@ -130,7 +131,7 @@ def test_the_memory_report_is_kept_too(cached, monkeypatch):
     memory_of.cache_clear()
     first = memory_of(DEP, 1024)
     memory_of.cache_clear()
-    with mock.patch.object(step_mod, "simulate", side_effect=AssertionError("simulated again")):
+    with mock.patch.object(memory_mod, "simulate", side_effect=AssertionError("simulated again")):
         assert memory_of(DEP, 1024) == first
 
 
@@ -157,7 +158,7 @@ def test_ops_without_a_cost_rule_are_named_in_the_serving_notes(cached, monkeypa
     from perfcast.serving.workload import Lengths, Workload
 
     fresh, _ = cached
-    assert fresh.unpriced_note() is None   # the catalog's models have a rule for every op
+    assert serve_mod.unpriced_note(fresh) is None   # the catalog's models have a rule for every op
     model = copy.copy(fresh)
     model.unpriced = Counter({("aten.mystery", "4x8"): 2})
     monkeypatch.setattr(serve_mod, "compile_step", lambda dep, max_tokens: model)

@@ -184,13 +184,17 @@ class _Model:
             left, past = left - t, past + t
         return tuple(out)
 
+    def refuse_unchunkable(self) -> None:
+        """A prompt longer than the token budget is served only with chunked prefill."""
+        need, budget = self.load.prefill_tokens, self.engine.max_num_tokens
+        if need > budget and not self.engine.chunked_prefill:
+            raise UserError(f"a {need}-token prompt exceeds max_num_tokens {budget} without chunked prefill")
+
     def prompt_chunks(self, n: int) -> tuple[Chunk, ...]:
         """Mixed steps: the leftover budget after n decodes (chunked), else the whole prompt."""
         need = self.load.prefill_tokens
         if not self.engine.chunked_prefill:
-            if need > self.engine.max_num_tokens:
-                raise UserError(f"a {need}-token prompt exceeds max_num_tokens {self.engine.max_num_tokens} "
-                                "without chunked prefill")
+            self.refuse_unchunkable()
             return self.chunks(need)
         return self.chunks(max(1, self.engine.max_num_tokens - n * (1 + self.engine.spec_k)))
 
@@ -206,8 +210,7 @@ class _Model:
     def prefill_batch_s(self, n: int) -> float:
         """SGLang: a prefill-only batch of n prompts (or one long prompt's chunk steps)."""
         need, budget = self.load.prefill_tokens, self.engine.max_num_tokens
-        if need > budget and not self.engine.chunked_prefill:
-            raise UserError(f"a {need}-token prompt exceeds max_num_tokens {budget} without chunked prefill")
+        self.refuse_unchunkable()
         if need > budget:
             return sum(self.price(self.step, Mix(chunks=(c,))) for c in self.chunks(budget))
         return self.price(self.step, Mix(chunks=self.chunks(need) * n))

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from perfcast.ir import UserError
 from perfcast.serving import meanfield
+from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
 from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
 from perfcast.serving.sim import Speculative, simulate
-from perfcast.serving.step import Deployment, Memory, StepModel, compile_step, kv_capacity_tokens, memory_of
+from perfcast.serving.step import Deployment, StepModel, compile_step
 from perfcast.serving.types import SLO, KVCache, ServingResult
 from perfcast.serving.workload import Workload
 
@@ -129,7 +130,7 @@ def serve(spec: ServeSpec) -> ServeReport:
     step = compile_step(dep, max_tokens=_max_tokens(sched, load, k))
     mem, kv = _kv_cache(spec, sched, step)
     notes = list(_notes(dep, sched, kv, mem, ranks))
-    notes += [n for n in (step.unpriced_note(),) if n]
+    notes += [n for n in (unpriced_note(step),) if n]
     results, trace = {}, None
     if spec.tier in ("simulation", "both"):
         r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
@@ -243,6 +244,15 @@ def _scaled(r: ServingResult, ranks: int) -> ServingResult:
                    sustainable_rate=None if r.sustainable_rate is None else r.sustainable_rate * ranks,
                    notes=r.notes + (f"one of {ranks} data-parallel ranks simulated, each with 1/{ranks} of the load; "
                                     f"throughput × {ranks}",))
+
+
+def unpriced_note(step: StepModel, role: str = "") -> str | None:
+    """One line naming the ops ``step`` has no cost rule for (priced at zero), or None."""
+    if not step.unpriced:
+        return None
+    ops = ", ".join(f"{op} ({shapes}) ×{n}" for (op, shapes), n in step.unpriced.most_common(4))
+    more = f" and {len(step.unpriced) - 4} more" if len(step.unpriced) > 4 else ""
+    return f"{role}step: {sum(step.unpriced.values())} op call(s) with no cost rule, priced at ZERO: {ops}{more}"
 
 
 def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | None, ranks: int) -> list[str]:

@@ -72,7 +72,7 @@ def pools_of(spec) -> Pools:
 
 
 def serve_disagg(spec):
-    from perfcast.serving.serve import ServeReport, _rank_devices, mean_load
+    from perfcast.serving.serve import ServeReport, _rank_devices, mean_load, unpriced_note
 
     d = spec.disagg
     p = pools_of(spec)
@@ -119,7 +119,7 @@ def serve_disagg(spec):
             "prefill_kv_capacity_tokens": pkv.capacity_tokens, "splits": chosen}
     notes = (f"disaggregated: {x} prefill instance(s) of {pdep.layout.describe()} → {y} decode instance(s) of "
              f"{ddep.layout.describe()}; KV transfer {one.seconds * 1e3:.3f} ms at the mean input over {one.source}",
-             *(n for n in (pstep.unpriced_note("prefill pool's "), dstep.unpriced_note("decode pool's ")) if n))
+             *(n for n in (unpriced_note(pstep, "prefill pool's "), unpriced_note(dstep, "decode pool's ")) if n))
     return ServeReport(spec, dsched, dkv, dmem, 1, dstep.source, results, trace, notes, info)
 
 

@@ -35,10 +35,9 @@ vectorised call), the attention parts lazily per batch (decode) or chunk length 
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 import sympy
@@ -51,7 +50,7 @@ from perfcast.hardware.device import scaled
 from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.steps import decisions
-from perfcast.inference.textgen import Request, make_model, simulate
+from perfcast.inference.textgen import Request, make_model
 from perfcast.ir import UserError, dim
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving import step_cache
@@ -128,21 +127,12 @@ class StepModel:
         pm = self._pricing()
         key = step_cache.key_of("step", deployment, self.proto, self.max_tokens)
         (self._decode, self._prefill, self._dense_decode, self._dense_prefill, self._head,
-         self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: _encode(c, pm),
-                                                lambda doc: _decode(doc, pm, self.max_tokens))
+         self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
+                                                lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
         self._decode_rows: dict[int, list[float]] = {}
         self._prefill_rows: dict[tuple[int, int], list[float]] = {}
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing")
-
-    def unpriced_note(self, role: str = "") -> str | None:
-        """One line naming the ops the step has no cost rule for (priced at zero), or None."""
-        if not self.unpriced:
-            return None
-        ops = ", ".join(f"{op} ({shapes}) ×{n}" for (op, shapes), n in self.unpriced.most_common(4))
-        more = f" and {len(self.unpriced) - 4} more" if len(self.unpriced) > 4 else ""
-        return (f"{role}step: {sum(self.unpriced.values())} op call(s) with no cost rule, priced at ZERO: "
-                f"{ops}{more}")
 
     # Compilation --------------------------------------------------------------------------
     def _pricing(self):
@@ -284,6 +274,45 @@ class StepModel:
             t += self.attention_prefill_s(1, c.tokens, c.past, tokens)
         return t
 
+    @cached_property
+    def _arrays(self) -> tuple:
+        """The dense and head tables as arrays, every lowering's part in one list, and the index
+        into it of each token count's part (decode graph, prefill graph)."""
+        parts, index = [], []
+        for compiled in (self._decode, self._prefill):
+            ix = np.zeros(self.max_tokens + 1, dtype=np.int64)
+            for part, tokens in compiled.values():
+                ix[tokens] = len(parts)
+                parts.append(part)
+            index.append(ix)
+        return np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index
+
+    def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray:
+        """:meth:`step_s` elementwise (:class:`~perfcast.serving.types.StepCostArray`): the same
+        tables, parts and 16-token grid, each distinct grid point priced once per call."""
+        cols = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in
+                                     (decodes, decode_context, chunk_tokens, chunk_past, chunks)))
+        shape = cols[0].shape
+        d, ctx, t, p, c = (v.ravel() for v in cols)
+        tokens = d * (1 + draft) + c * t
+        top = int(tokens.max(initial=0))
+        if top > self.max_tokens:
+            raise UserError(f"a step of {top} tokens exceeds the {self.max_tokens} the step model was "
+                            f"compiled for (raise --max-num-tokens' bound or lower the batch)")
+        dense_decode, dense_prefill, head, parts, decode_ix, prefill_ix = self._arrays
+        mean = np.divide(ctx, d, out=np.zeros(d.shape), where=d > 0)
+        mixed, has = c > 0, d > 0
+        out = np.where(mixed, dense_prefill[tokens] + head[d + c], dense_decode[tokens])
+        if draft == 0:
+            out[has] += _on_grid(parts, decode_ix[tokens[has]], (d[has],), mean[has])
+        else:
+            out[has] += _prefill_on_grid(parts, prefill_ix[tokens[has]], d[has], np.full(has.sum(), 1 + draft),
+                                         mean[has])
+        out[mixed] += c[mixed] * _prefill_on_grid(parts, prefill_ix[tokens[mixed]], np.ones(mixed.sum(), np.int64),
+                                                  t[mixed], p[mixed])
+        out[tokens == 0] = 0.0
+        return out.reshape(shape)
+
     def step_many(self, decodes, decode_context, chunk_tokens, chunk_past) -> np.ndarray:
         """Vectorised, exact (no grid): steps of ``decodes`` sequences with ``decode_context``
         cached tokens in all and at most one prefill chunk (``chunk_tokens`` 0: none) each."""
@@ -316,6 +345,36 @@ class StepModel:
         return out
 
 
+def _on_grid(parts: list, part_ix, cols: tuple, context) -> np.ndarray:
+    """``parts[part_ix].attention(*cols, c)`` interpolated on the 16-token grid of ``c`` as
+    :meth:`StepModel._row` interpolates its rows; each distinct (part, cols, grid point) once."""
+    i = (context // GRID).astype(np.int64)
+    keys = [np.concatenate([k, k]) for k in (part_ix, *cols)] + [np.concatenate([i, i + 1])]
+    dims = [int(k.max(initial=0)) + 1 for k in keys]
+    unique, inverse = np.unique(np.ravel_multi_index(keys, dims), return_inverse=True)
+    at = np.unravel_index(unique, dims)
+    values = np.empty(len(unique))
+    for j in np.unique(at[0]):
+        m = at[0] == j
+        args = [a[m].astype(float) for a in at[1:-1]] + [at[-1][m] * float(GRID)]
+        values[m] = np.broadcast_to(parts[j].attention(*args), args[0].shape)
+    lo, hi = values[inverse[:len(i)]], values[inverse[len(i):]]
+    return lo + (context / GRID - i) * (hi - lo)
+
+
+def _prefill_on_grid(parts: list, part_ix, batch, new, past) -> np.ndarray:
+    """:meth:`StepModel.attention_prefill_s` on arrays: chunks of more than 64 tokens off the
+    16-token grid of lengths interpolate between its neighbours."""
+    exact = (new <= 64) | (new % GRID == 0)
+    lo = np.where(exact, new, new // GRID * GRID)
+    m = ~exact
+    both = _on_grid(parts, np.concatenate([part_ix, part_ix[m]]), (np.concatenate([batch, batch[m]]),
+                    np.concatenate([lo, lo[m] + GRID])), np.concatenate([past, past[m]]))
+    out, above = both[:len(new)], both[len(new):]
+    out[m] += (new[m] - lo[m]) / GRID * (above - out[m])
+    return out
+
+
 def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
     """The decode attention of the decodes of mixed steps (their decode kernels)."""
     out = np.zeros(batch.shape)
@@ -324,63 +383,6 @@ def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
         if m.any():
             out[m] = part.attention(batch[m], np.maximum(mean[m], 0))
     return out
-
-
-def _encode(compiled: tuple, pm) -> dict:
-    """A compiled step model as the step cache keeps it (:mod:`perfcast.serving.step_cache`)."""
-    decode, prefill, dense_decode, dense_prefill, head, unpriced = compiled
-
-    def groups(parts: dict) -> list[dict]:
-        return [{"key": json.loads(json.dumps(key, default=str)), "runs": _runs(tokens),
-                 **{name: step_cache.source_of(fn) for name, fn in
-                    (("dense", part.dense), ("attention", part.attention), ("head", part.head)) if fn is not None}}
-                for key, (part, tokens) in parts.items()]
-
-    calibration = getattr(pm, "calibration", None)
-    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": dense_decode,
-            "dense_prefill": dense_prefill, "head": head, "fits": calibration.used() if calibration else [],
-            "unpriced": [[op, shapes, n] for (op, shapes), n in unpriced.items()]}
-
-
-def _decode(doc: dict, pm, max_tokens: int) -> tuple:
-    """The inverse of :func:`_encode`, the sources compiled by :func:`step_cache.compiled`."""
-    calibration = getattr(pm, "calibration", None)
-    if calibration is not None:
-        calibration.restore(doc["fits"])
-    elif doc["fits"]:
-        raise step_cache.Unreadable("calibrated fits for a performance model without a calibration")
-    names = pm.numpy_functions()
-
-    def parts(groups: list, decode: bool) -> dict:
-        out = {}
-        for g in groups:
-            fn = {k: step_cache.compiled(g[k], names) for k in (("dense", "attention") if decode else
-                                                                ("dense", "attention", "head"))}
-            out[_tupled(g["key"])] = (_Part(fn["dense"], fn["attention"], fn.get("head")),
-                                      [t for a, b in g["runs"] for t in range(int(a), int(b) + 1)])
-        return out
-
-    tables = [[float(x) for x in doc[k]] for k in ("dense_decode", "dense_prefill", "head")]
-    if any(len(t) != max_tokens + 1 for t in tables):
-        raise step_cache.Unreadable(f"tables not of {max_tokens + 1} entries")
-    return (parts(doc["decode"], True), parts(doc["prefill"], False), *tables,
-            Counter({(str(op), str(shapes)): int(n) for op, shapes, n in doc["unpriced"]}))
-
-
-def _runs(tokens: list[int]) -> list[list[int]]:
-    """Sorted token counts as inclusive runs ``[first, last]``."""
-    out: list[list[int]] = []
-    for t in tokens:
-        if out and out[-1][1] == t - 1:
-            out[-1][1] = t
-        else:
-            out.append([t, t])
-    return out
-
-
-def _tupled(value):
-    """A JSON value with its lists as tuples (a size-decision key as it was)."""
-    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:
@@ -394,55 +396,3 @@ def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepMode
 
 
 _COMPILED: dict = {}
-
-
-@dataclass(frozen=True)
-class Memory:
-    """One device's memory as the engine sizes its KV cache: weights, the activation peak of its
-    largest step, the KV bytes per token (every layer, one device's share)."""
-
-    capacity_bytes: int
-    weights_bytes: int
-    activation_bytes: int
-    kv_bytes_per_token: int
-
-
-@lru_cache(maxsize=1024)
-def memory_of(deployment: Deployment, max_tokens: int) -> Memory:
-    """The memory report of a prefill of ``max_tokens`` tokens in one sequence (the engines size
-    their activation workspace by their largest step: vLLM ``profile_run`` with
-    ``max_num_batched_tokens``, TensorRT-LLM's ``max_num_tokens`` warm-up); kept in the step
-    cache."""
-    req = replace(deployment.request(decode=False, batch=1, length=max(2, max_tokens)),
-                  performance_models=("analytic",))
-
-    def report() -> Memory:
-        mem = simulate(req).memory
-        return Memory(int(mem.capacity_bytes), int(mem.weights_bytes), int(mem.activation_peak_bytes),
-                      int(mem.kv_cache_bytes_per_token))
-
-    return step_cache.remembered(step_cache.key_of("memory", deployment, req, max_tokens), report,
-                                 lambda m: [m.capacity_bytes, m.weights_bytes, m.activation_bytes,
-                                            m.kv_bytes_per_token],
-                                 lambda v: Memory(*(int(x) for x in v)))
-
-
-def kv_capacity_tokens(mem: Memory, fraction: float, basis: str, block: int) -> int:
-    """KV-cache tokens one device holds, in whole blocks of ``block`` tokens:
-
-    - ``basis: total`` — vLLM ``gpu_memory_utilization`` (vllm/v1/worker/gpu_worker.py
-      ``determine_available_memory``: utilisation × total − weights − the profiled activation
-      peak), SGLang ``mem_fraction_static`` (model_runner.py ``profile_max_num_token``: the
-      fraction of total for weights and KV);
-    - ``basis: free`` — TensorRT-LLM ``free_gpu_memory_fraction`` of the memory left after the
-      weights and the warm-up's activations (tensorrt_llm/_torch/pyexecutor/_util.py
-      ``KvCacheCreator``)."""
-    if basis == "total":
-        free = fraction * mem.capacity_bytes - mem.weights_bytes - mem.activation_bytes
-    elif basis == "static":
-        free = fraction * mem.capacity_bytes - mem.weights_bytes
-    else:
-        free = fraction * (mem.capacity_bytes - mem.weights_bytes - mem.activation_bytes)
-    tokens = int(max(0.0, free) // max(1, mem.kv_bytes_per_token))
-    return tokens // block * block
-

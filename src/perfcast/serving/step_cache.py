@@ -32,6 +32,7 @@ import hashlib
 import inspect
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,61 @@ def compiled(source: str, names: dict[str, object]):
     namespace = {"__builtins__": {}, **used}
     exec(compile(tree, "<perfcast step cache>", "exec"), namespace)
     return namespace[fn.name]
+
+
+def encode(compiled: tuple, pm) -> dict:
+    """A compiled step model (:meth:`StepModel._compiled`'s tuple) as an entry keeps it."""
+    decode, prefill, dense_decode, dense_prefill, head, unpriced = compiled
+
+    def groups(parts: dict) -> list[dict]:
+        return [{"key": json.loads(json.dumps(key, default=str)), "runs": _runs(tokens),
+                 **{name: source_of(fn) for name, fn in
+                    (("dense", part.dense), ("attention", part.attention), ("head", part.head)) if fn is not None}}
+                for key, (part, tokens) in parts.items()]
+
+    calibration = getattr(pm, "calibration", None)
+    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": dense_decode,
+            "dense_prefill": dense_prefill, "head": head, "fits": calibration.used() if calibration else [],
+            "unpriced": [[op, shapes, n] for (op, shapes), n in unpriced.items()]}
+
+
+def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
+    """The inverse of :func:`encode`, the sources compiled by :func:`compiled`; ``part``: the
+    step model's part type, built from (dense, attention, head)."""
+    calibration = getattr(pm, "calibration", None)
+    if calibration is not None:
+        calibration.restore(doc["fits"])
+    elif doc["fits"]:
+        raise Unreadable("calibrated fits for a performance model without a calibration")
+    names = pm.numpy_functions()
+
+    def parts(groups: list, decoding: bool) -> dict:
+        out = {}
+        for g in groups:
+            fn = {k: compiled(g[k], names) for k in (("dense", "attention") if decoding else
+                                                     ("dense", "attention", "head"))}
+            out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head")),
+                                      [t for a, b in g["runs"] for t in range(int(a), int(b) + 1)])
+        return out
+
+    tables = [[float(x) for x in doc[k]] for k in ("dense_decode", "dense_prefill", "head")]
+    if any(len(t) != max_tokens + 1 for t in tables):
+        raise Unreadable(f"tables not of {max_tokens + 1} entries")
+    return (parts(doc["decode"], True), parts(doc["prefill"], False), *tables,
+            Counter({(str(op), str(shapes)): int(n) for op, shapes, n in doc["unpriced"]}))
+
+
+def _runs(tokens: list[int]) -> list[list[int]]:
+    """Sorted token counts as inclusive runs ``[first, last]``."""
+    out: list[list[int]] = []
+    for t in tokens:
+        if out and out[-1][1] == t - 1:
+            out[-1][1] = t
+        else:
+            out.append([t, t])
+    return out
+
+
+def _tupled(value):
+    """A JSON value with its lists as tuples (a size-decision key as it was)."""
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -59,6 +61,15 @@ class StepCost(Protocol):
     def step_s(self, mix: Mix) -> float: ...
 
 
+@runtime_checkable
+class StepCostArray(StepCost, Protocol):
+    """A step cost that also prices many steps at once: element ``i`` of ``step_s_array`` is
+    ``step_s(Mix(decodes[i], decode_context[i], (Chunk(chunk_tokens[i], chunk_past[i]),) * chunks[i],
+    draft))`` — the same seconds, computed on arrays (the closed form's grid tabulates with it)."""
+
+    def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class AffineStep:
     """A step priced as ``fixed_s + per_token_s · tokens + per_context_s · attended keys`` —
@@ -76,6 +87,13 @@ class AffineStep:
         keys = mix.decode_context * (1 + mix.draft) + mix.decodes * (1 + mix.draft) * (2 + mix.draft) // 2
         keys += sum(c.tokens * c.past + c.tokens * (c.tokens + 1) // 2 for c in mix.chunks)
         return self.fixed_s + self.per_token_s * mix.tokens + self.per_context_s * keys
+
+    def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray:
+        """:meth:`step_s` elementwise (:class:`StepCostArray`), in the same integer and float steps."""
+        d, ctx, t, p, c = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in
+                                               (decodes, decode_context, chunk_tokens, chunk_past, chunks)))
+        keys = ctx * (1 + draft) + d * (1 + draft) * (2 + draft) // 2 + c * (t * p + t * (t + 1) // 2)
+        return self.fixed_s + self.per_token_s * (d * (1 + draft) + c * t) + self.per_context_s * keys
 
 
 def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:

@@ -1,0 +1,385 @@
+"""The closed loop over arrays of load points: :func:`perfcast.serving.meanfield.closed_loop`'s
+figures for a whole grid of prompt lengths × batch limits × concurrencies in one call.
+
+A *family* is everything of a point but its batch limit and concurrency: one step cost, one
+engine (policy, token budget, chunking, KV capacity, speculative decoding), one prompt length,
+output length and prefix hit rate. Within a family the mean field depends on the prompt rate ``r``
+only through functions of an integer count, linear between integers (``meanfield._state``): the
+decode step ``f(n)``, a prompt's extra cost ``ΔP(n)`` and chunk steps ``m(n)`` (vllm, trtllm) or
+the prefill batch ``P(b)`` (sglang), at ``n = max(d, 1)`` decodes, ``d = r (osl − 1) / E``. So:
+
+1. **tabulate** them once per family, for every count a point of the family can reach, on arrays
+   (:class:`~perfcast.serving.types.StepCostArray`; any other step cost is asked count by count
+   through the scalar path's own ``_Model``);
+2. a point's engine state depends on the point only through the sequences it may hold,
+   ``B = min(C, max_batch, ⌊KV / (isl + osl)⌋)``: each distinct (family, B) is solved once;
+3. **segments**: between the ``r`` at which ``n`` (or sglang's ``b``) crosses an integer, and
+   either side of the kink where a prompt's chunk steps carry ``m r = 1`` prompts' prefill, every
+   interpolant is linear in ``r``, so ``(in flight(r) − B) · τ(r)`` is a polynomial of degree at
+   most three. The in-flight count at the segment ends places each target in the segment of its
+   first crossing (a binary search over their running maximum); Newton's method safeguarded by
+   bisection (Press et al., Numerical Recipes, 3rd ed., §9.4, ``rtsafe``) finds the root to
+   rounding; the state at the root is evaluated with the scalar path's formulas. The token-budget
+   bound is taken as ``_engine_state`` takes it (the state at the top of the search, when it
+   holds no more than ``B``);
+4. the closed-loop figures of every point follow from its state in a few array operations, in
+   ``closed_loop``'s order of operations.
+
+The figures equal the scalar closed form's to the root searches' tolerance
+(``tests/test_meanfield_grid.py``: relative difference ≤ 1e-9 point by point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfcast.serving.meanfield import EngineConfig, Workload, _Model, _r_budget
+from perfcast.serving.types import SLO, StepCost, StepCostArray
+
+_ITERATIONS = 100  # safeguarded Newton: quadratic near the root, bisection at worst (2^-100 of a segment)
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """:func:`~perfcast.serving.meanfield.closed_loop`'s figures for every point (arrays of the
+    points' broadcast shape; its latencies are deterministic, so each is its mean). ``budget_bound``:
+    the token budget, not the sequences, bounds the engine; ``goodput_requests_per_s`` only under
+    an SLO; ``states``: the distinct engine states solved for the grid."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    requests_per_s: np.ndarray
+    output_tokens_per_s: np.ndarray
+    output_tokens_per_s_per_device: np.ndarray
+    output_tokens_per_s_per_user: np.ndarray
+    mean_batch: np.ndarray
+    kv_peak_tokens: np.ndarray
+    budget_bound: np.ndarray
+    goodput_requests_per_s: np.ndarray | None
+    states: int
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """A set of families' interpolants, one row per family (column = count; padded with the last
+    value so that an interpolation weight of zero reads a finite neighbour), and their limits."""
+
+    sglang: bool
+    osl: int
+    e: float
+    decode: np.ndarray           # f(n), decode steps (and their draft forwards)
+    extra: np.ndarray | None     # ΔP(n), mixed policies
+    steps: np.ndarray | None     # m(n), mixed policies
+    prefill: np.ndarray | None   # P(b), sglang
+    q: np.ndarray                # sglang's largest prefill batch per family
+
+    @property
+    def a(self) -> float:
+        """Decodes per unit of prompt rate, ``(osl − 1) / E``."""
+        return (self.osl - 1) / self.e
+
+
+def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concurrency, *, max_batch=None,
+                     prefix_hit_rate: float = 0.0, draft: StepCost | None = None,
+                     slo: SLO | None = None) -> GridResult:
+    """``closed_loop(step, replace(engine, max_batch=max_batch[i]), Workload(isl[i], osl,
+    concurrency=concurrency[i], prefix_hit_rate=…), draft=draft, slo=slo)`` for every ``i`` of the
+    broadcast of ``isl``, ``concurrency`` and ``max_batch`` (``engine.max_batch`` when None). A
+    layout is a step cost of its own: one call per layout. Refused as the scalar path refuses
+    (the first family it refuses): a KV cache holding no request, a prompt over the token budget
+    without chunked prefill, and the inputs ``EngineConfig`` and ``Workload`` refuse."""
+    isl = np.asarray(isl, dtype=np.int64)
+    concurrency = np.asarray(concurrency, dtype=np.int64)
+    max_batch = np.asarray(engine.max_batch if max_batch is None else max_batch, dtype=np.int64)
+    shape = np.broadcast_shapes(isl.shape, concurrency.shape, max_batch.shape)
+    if max_batch.size:  # refused as EngineConfig refuses it; the families' models hold the largest
+        replace(engine, max_batch=int(max_batch.min()))
+        engine = replace(engine, max_batch=int(max_batch.max()))
+    least = int(concurrency.min()) if concurrency.size else None
+    isls, inverse = np.unique(isl, return_inverse=True)
+    models = [_Model(step, engine, Workload(int(i), osl, concurrency=least, prefix_hit_rate=prefix_hit_rate), draft)
+              for i in isls]
+    cap = np.array([m.cap for m in models], dtype=np.int64)
+    for m in models:
+        m.refuse_unchunkable()
+    fam = np.broadcast_to(inverse.reshape(isl.shape), shape)
+    held = np.minimum(np.broadcast_to(concurrency, shape), np.minimum(max_batch, cap[fam]))
+
+    top = int(held.max(initial=1))
+    needed = np.zeros((len(models), top + 1), dtype=bool)
+    needed[fam, held] = True
+    pair_fam, pair_held = np.nonzero(needed)
+    pair = np.zeros(needed.shape, dtype=np.int64)
+    pair[pair_fam, pair_held] = np.arange(len(pair_fam))
+    state, bound = _solve(models, step, engine, osl, draft, pair_fam, pair_held)
+
+    e = models[0].e
+    at = pair[fam, held]
+    inflight, x_state, ttft_state, tau = (v[at] for v in state)
+    c = np.broadcast_to(concurrency, shape).astype(float)
+    ttft = np.maximum(c - inflight, 0.0) / x_state + ttft_state
+    tpot = tau / e
+    e2e = ttft + (osl - 1) * tpot
+    x = c / e2e
+    good = None
+    if slo is not None:
+        meets = np.ones(shape, dtype=bool)
+        for bound_s, value in ((slo.ttft_s, ttft), (slo.tpot_s, tpot), (slo.e2e_s, e2e)):
+            if bound_s is not None:
+                meets &= value <= bound_s
+        good = np.where(meets, x, 0.0)
+    per = np.broadcast_to(isl, shape) + osl
+    return GridResult(
+        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, requests_per_s=x, output_tokens_per_s=x * osl,
+        output_tokens_per_s_per_device=x * osl / engine.devices, output_tokens_per_s_per_user=1.0 / tpot,
+        mean_batch=inflight,
+        kv_peak_tokens=np.minimum(engine.kv_capacity_tokens, np.ceil(inflight * per)).astype(np.int64),
+        budget_bound=bound[at], goodput_requests_per_s=good, states=len(pair_fam))
+
+
+def _solve(models: list[_Model], step: StepCost, engine: EngineConfig, osl: int, draft: StepCost | None,
+           fam: np.ndarray, held: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """``_engine_state(model[fam], held)`` for every pair: (in flight, X, TTFT service, τ) and
+    whether the token budget bounds it."""
+    e = models[0].e
+    r_budget = np.array([_r_budget(m) for m in models])
+    r_hi = np.minimum(held * e / (osl - 1), r_budget[fam])
+    r_top = np.zeros(len(models))
+    np.maximum.at(r_top, fam, r_hi)
+    q = np.array([m.prefill_batch_max for m in models], dtype=np.int64)
+    tb = _tabulate(models, step, engine, draft, r_top, q)
+    *_, top = _state(tb, fam, r_hi)
+    bound = top <= held
+    solve = ~bound
+    r = r_hi.copy()
+    r[solve] = _roots(tb, _boundaries(tb, r_top), fam[solve], held[solve].astype(float))
+    _, tau, ttft, inflight = _state(tb, fam, r)
+    return (inflight, r / tau, ttft, tau), bound
+
+
+def _lerp(table: np.ndarray, fam: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``meanfield._lerp`` on arrays: linear between the integer neighbours (a weight of zero at an
+    integer reads the padded neighbour, so ``y + 0 · (…) = y`` exactly)."""
+    lo = np.floor(x)
+    i = lo.astype(np.int64)
+    y = table[fam, i]
+    return y + (x - lo) * (table[fam, i + 1] - y)
+
+
+def _state(tb: _Tables, fam: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``meanfield._state`` on arrays, in its order of operations: (d, τ, TTFT service, in flight)."""
+    d = r * (tb.osl - 1) / tb.e
+    n = np.maximum(d, 1.0)
+    f = _lerp(tb.decode, fam, n)
+    if tb.sglang:
+        b = np.minimum(np.maximum(r, 1.0), tb.q[fam])
+        p = _lerp(tb.prefill, fam, b)
+        tau, ttft = f + r / b * p, p
+    else:
+        extra, steps = _lerp(tb.extra, fam, n), _lerp(tb.steps, fam, n)
+        tau, ttft = f + r * extra, steps * f + extra * np.maximum(1.0, steps * r)
+    return d, tau, ttft, d + r / tau * ttft
+
+
+def _tabulate(models: list[_Model], step: StepCost, engine: EngineConfig, draft: StepCost | None,
+              r_top: np.ndarray, q: np.ndarray) -> _Tables:
+    """Each family's interpolants for every count up to where its highest prompt rate ``r_top``
+    reaches: ``n = 1 … ⌈max(d(r_top), 1)⌉``, sglang's ``b = 1 … ⌈min(max(r_top, 1), q)⌉``."""
+    m0 = models[0]
+    osl, e, sglang = m0.load.osl, m0.e, engine.policy == "sglang"
+    n_top = np.ceil(np.maximum(r_top * (osl - 1) / e, 1.0)).astype(np.int64)
+    b_top = np.ceil(np.minimum(np.maximum(r_top, 1.0), q)).astype(np.int64) if sglang else n_top
+    fam, n = _counts(n_top)
+    batches = _counts(b_top) if sglang else None
+    if isinstance(step, StepCostArray) and (draft is None or isinstance(draft, StepCostArray)):
+        columns = _priced(models, step, engine, draft, fam, n, batches)
+    else:
+        columns = _asked(models, fam, n, batches)
+    decode = _padded(columns[0], n_top)
+    if sglang:
+        return _Tables(True, osl, e, decode, None, None, _padded(columns[1], b_top), q)
+    return _Tables(False, osl, e, decode, _padded(columns[1], n_top), _padded(columns[2], n_top), None, q)
+
+
+def _counts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row and count ``1 … counts[row]`` of every entry, row by row."""
+    row = np.repeat(np.arange(len(counts)), counts)
+    return row, 1 + np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _padded(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Row ``f`` holds ``values`` of counts ``1 … counts[f]`` at columns ``1 … counts[f]``; column 0
+    and the columns past the last repeat the nearest count."""
+    width = int(counts.max()) + 2
+    col = np.clip(np.arange(width), 1, counts[:, None]) - 1
+    return values[(np.cumsum(counts) - counts)[:, None] + col]
+
+
+def _asked(models: list[_Model], fam: np.ndarray, n: np.ndarray,
+           batches: tuple[np.ndarray, np.ndarray] | None) -> list[np.ndarray]:
+    """The interpolants from the scalar path's own ``_Model`` functions, count by count."""
+    def each(fn, rows, counts):
+        return np.array([fn(models[f], int(k)) for f, k in zip(rows, counts)], dtype=float)
+
+    if batches is not None:
+        return [each(_Model.decode_s, fam, n), each(_Model.prefill_batch_s, *batches)]
+    return [each(fn, fam, n) for fn in (_Model.decode_s, _Model.prompt_extra_s, _Model.prompt_steps)]
+
+
+def _priced(models: list[_Model], step: StepCostArray, engine: EngineConfig, draft: StepCostArray | None,
+            fam: np.ndarray, n: np.ndarray, batches: tuple[np.ndarray, np.ndarray] | None) -> list[np.ndarray]:
+    """The interpolants priced on arrays, the mixes built as ``_Model`` builds them: decode steps
+    of ``n`` decodes at the mean context (plus ``k`` draft forwards), a prompt's chunks after its
+    cached prefix, of the budget left by the decodes (mixed), or whole prompts batched (sglang)."""
+    k = engine.spec_k
+    isl = np.array([m.load.isl for m in models], dtype=np.int64)
+    hit = np.array([m.load.hit_tokens for m in models], dtype=np.int64)
+    need = np.array([m.load.prefill_tokens for m in models], dtype=np.int64)
+    osl = models[0].load.osl
+    ctx = n * (2 * isl[fam] + osl - 2) // 2
+    budget = engine.max_num_tokens
+    if batches is not None:
+        bfam, b = batches
+        cfam, t, past = _chunked(np.arange(len(models)), need, hit, np.full(len(models), budget))
+        whole, split = _at_once(step, 0, (0, 0, need[bfam], hit[bfam], b), (0, 0, t, past, 1))
+        split = np.bincount(cfam, split, minlength=len(models))
+        base, = _at_once(step, k, (n, ctx, 0, 0, 0))
+        prefill = [np.where(need[bfam] > budget, split[bfam], whole)]
+    else:
+        left = np.maximum(1, budget - n * (1 + k)) if engine.chunked_prefill else need[fam]
+        row, t, past = _chunked(np.arange(len(n)), need[fam], hit[fam], left)
+        base, chunk = _at_once(step, k, (n, ctx, 0, 0, 0), (n[row], ctx[row], t, past, 1))
+        prefill = [np.bincount(row, chunk - base[row], minlength=len(n)),
+                   np.bincount(row, minlength=len(n)).astype(float)]
+    decode = base + k * draft.step_s_array(n, ctx, 0, 0, 0) if draft is not None and k else base
+    return [decode, *prefill]
+
+
+def _at_once(step: StepCostArray, draft: int, *groups: tuple) -> list[np.ndarray]:
+    """Groups of mixes ``(decodes, context, chunk tokens, chunk past, chunks)`` priced in one call
+    (a step model evaluates each distinct attention grid point once per call)."""
+    sizes = [np.broadcast(*g).size for g in groups]
+    columns = [np.concatenate([np.broadcast_to(g[i], (size,)) for g, size in zip(groups, sizes)]) for i in range(5)]
+    return np.split(step.step_s_array(*columns, draft), np.cumsum(sizes)[:-1])
+
+
+def _chunked(rows: np.ndarray, need: np.ndarray, hit: np.ndarray, budget: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``_Model.chunks`` on arrays: per row, chunks of ``budget`` tokens (the last the rest) of the
+    ``need`` prompt tokens after the ``hit`` cached ones, as (row, tokens, past)."""
+    count = -(-need // budget)
+    row, j = _counts(count)
+    j -= 1
+    return rows[row], np.minimum(need[row] - j * budget[row], budget[row]), hit[row] + j * budget[row]
+
+
+def _boundaries(tb: _Tables, r_top: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every family's segment ends in ``[0, r_top]``, sorted by (family, r): the rates where the
+    decode count (or sglang's batch) crosses an integer, where a mixed policy's chunk steps carry
+    ``m r = 1`` prompts, and the ends. Returned with the in-flight count there."""
+    families = np.arange(len(r_top))
+    n_top = np.ceil(np.maximum(r_top * tb.a, 1.0)).astype(np.int64)
+    fam, i = _counts(n_top)
+    cuts = [(families, np.zeros(len(r_top))), (families, r_top), (fam, i / tb.a)]
+    if tb.sglang:
+        fam, j = _counts(np.minimum(tb.q, np.floor(r_top)).astype(np.int64))
+        cuts.append((fam, j.astype(float)))
+    else:
+        fam, r = _sorted(cuts, r_top)
+        same = fam[1:] == fam[:-1]
+        lo, hi, fam = r[:-1][same], r[1:][same], fam[:-1][same]
+        s0, s1 = _linear(tb.steps, fam, (lo + hi) / 2 * tb.a, tb.a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            root = np.sqrt(s0 * s0 + 4 * s1)
+            kink = np.where(s0 > 0, 2 / (s0 + root), (root - s0) / (2 * s1))
+        inside = (kink > lo) & (kink < hi)
+        cuts.append((fam[inside], kink[inside]))
+    fam, r = _sorted(cuts, r_top)
+    return fam, r, _state(tb, fam, r)[3]
+
+
+def _sorted(cuts: list[tuple[np.ndarray, np.ndarray]], r_top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (family, r) cuts within ``[0, r_top]``, sorted and without repeats."""
+    fam = np.concatenate([f for f, _ in cuts])
+    r = np.concatenate([v for _, v in cuts])
+    keep = r <= r_top[fam]
+    fam, r = fam[keep], r[keep]
+    order = np.lexsort((r, fam))
+    fam, r = fam[order], r[order]
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (fam[1:] != fam[:-1]) | (r[1:] != r[:-1])
+    return fam[new], r[new]
+
+
+def _linear(table: np.ndarray, fam: np.ndarray, x: np.ndarray, per_r: float) -> tuple[np.ndarray, np.ndarray]:
+    """The interpolant of ``table`` at ``max(x, 1)`` on the integer segment holding ``x``, as
+    ``c0 + c1 · r`` where ``x = per_r · r`` (constant below 1, where the count is held at 1)."""
+    i = np.floor(np.maximum(x, 1.0))
+    y = table[fam, i.astype(np.int64)]
+    dy = np.where(x >= 1.0, table[fam, i.astype(np.int64) + 1] - y, 0.0)
+    return y - i * dy, per_r * dy
+
+
+def _roots(tb: _Tables, ends: tuple[np.ndarray, np.ndarray, np.ndarray], fam: np.ndarray,
+           held: np.ndarray) -> np.ndarray:
+    """The first ``r`` where the in-flight count reaches ``held``, for each (family, held)."""
+    efam, er, einf = ends
+    # one sorted key over all families: family · span + running maximum of the in-flight count
+    span = float(einf.max(initial=0.0)) + float(held.max(initial=0.0)) + 1.0
+    run = np.maximum.accumulate(efam * span + einf)
+    k = np.searchsorted(run, fam * span + held)
+    last = np.searchsorted(efam, fam, side="right") - 1
+    k = np.clip(k, 1, last)
+    lo, hi, flo, fhi = er[k - 1], er[k], einf[k - 1], einf[k]
+    poly = _polynomial(tb, fam, (lo + hi) / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.clip(lo + (held - flo) / (fhi - flo) * (hi - lo), lo, hi)
+    r = np.where(np.isnan(r), lo, r)
+    return _newton(poly, tb.a, held, lo, hi, r)
+
+
+def _polynomial(tb: _Tables, fam: np.ndarray, mid: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Coefficients ``(A0, A1, A2, B0, B1, B2)`` of a segment, with ``(in flight(r) − held) · A(r) =
+    (a r − held) · A(r) + r · B(r)``: ``A = τ`` and ``B`` the TTFT service where a prompt rides
+    fewer than one chunk step per step (``m r < 1``), else ``A = 1``, ``B = m`` (then ``TTFT = m τ``)."""
+    f0, f1 = _linear(tb.decode, fam, mid * tb.a, tb.a)
+    zero = np.zeros(len(mid))
+    if tb.sglang:
+        q = tb.q[fam]
+        below, above = mid < 1.0, mid > q
+        # b = clamp(r, 1, q): P(1) below 1, P(q) above q (the column past q, the last tabulated
+        # count there, repeats it: slope 0), P(r) between; τ = f + (r / b) · P(b)
+        p0, p1 = _linear(tb.prefill, fam, np.minimum(mid, q), 1.0)
+        a0 = f0 + np.where(below | above, 0.0, p0)
+        a1 = f1 + np.where(below, p0, np.where(above, p0 / q, p1))
+        return a0, a1, zero, p0, p1, zero
+    e0, e1 = _linear(tb.extra, fam, mid * tb.a, tb.a)
+    s0, s1 = _linear(tb.steps, fam, mid * tb.a, tb.a)
+    # τ = f + r ΔP; TTFT = m f + ΔP · max(1, m r): below the kink m f + ΔP, above it m τ
+    under = (s0 + s1 * mid) * mid < 1.0
+    return (np.where(under, f0, 1.0), np.where(under, f1 + e0, 0.0), np.where(under, e1, 0.0),
+            np.where(under, s0 * f0 + e0, s0), np.where(under, s0 * f1 + s1 * f0 + e1, s1),
+            np.where(under, s1 * f1, 0.0))
+
+
+def _newton(poly: tuple[np.ndarray, ...], a: float, held: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+            r: np.ndarray) -> np.ndarray:
+    """The root of ``P(r) = (a r − held) A(r) + r B(r)`` in ``[lo, hi]`` (``P(lo) < 0 ≤ P(hi)``):
+    Newton steps that stay in the bracket, else bisection, the bracket shrunk at every step."""
+    a0, a1, a2, b0, b1, b2 = poly
+    for _ in range(_ITERATIONS):
+        big_a = a0 + r * (a1 + r * a2)
+        p = (a * r - held) * big_a + r * (b0 + r * (b1 + r * b2))
+        dp = a * big_a + (a * r - held) * (a1 + 2 * r * a2) + b0 + r * (2 * b1 + 3 * r * b2)
+        below = p < 0
+        lo, hi = np.where(below, r, lo), np.where(below, hi, r)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = r - p / dp
+        step = np.where((step >= lo) & (step <= hi), step, (lo + hi) / 2)
+        done = np.abs(step - r) <= 1e-15 * r
+        r = step
+        if done.all():
+            break
+    return r
