@@ -48,8 +48,7 @@ DPI = 100
 #: Settings over matplotlib's defaults; every figure is drawn and saved under them.
 RC = {"svg.hashsalt": "perfcast", "svg.fonttype": "path", "font.family": "DejaVu Sans", "figure.dpi": DPI,
       "savefig.dpi": DPI, "figure.figsize": SIZE_IN, "axes.grid": True, "grid.alpha": 0.3,
-      "legend.fontsize": "small", "axes.titlesize": "medium",
-      "figure.titlesize": "medium"}
+      "legend.fontsize": "small", "axes.titlesize": "medium", "figure.titlesize": "medium"}
 FORMATS = ("png", "svg")
 #: The metadata each format would otherwise stamp with the time or the software's version.
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}

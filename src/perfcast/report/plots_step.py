@@ -236,7 +236,8 @@ def step_memory(result):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=3)
     verdict = "fits" if mem.fits else f"DOES NOT FIT: short by {mem.shortfall_bytes / _GB:,.2f} GB"
     pp = " (the fullest pipeline stage)" if result.request.layout.pp > 1 else ""
-    ax.set_title(f"Memory per device{pp}: {describe_step(result)} — {verdict}", wrap=True)
+    ax.set_title(f"Memory per device{pp}: {describe_step(result)} — {verdict}", wrap=True,
+                 color="black" if mem.fits else "#CC3311")
     return fig
 
 
