@@ -135,13 +135,15 @@ def test_memory_report_never_holds_a_negative_figure():
 
 def test_the_files_perfcast_writes_follow_their_schemas(tmp_path):
     trace, slow_trace, metrics = tmp_path / "t.json", tmp_path / "s.json", tmp_path / "m.json"
-    serve_trace = tmp_path / "serve.json"
-    # the profiling model beside the analytic one: its JSON, its trace and its hits and misses
+    serve_trace, figures = tmp_path / "serve.json", tmp_path / "figures"
+    # the profiling model beside the analytic one: its JSON, its trace, its hits and misses and its
+    # figures (stdout holds the document alone)
     rc, out, err = run_cli("text-generate", "qwen3-8b", "--device", "h200-sxm", "--decode", "--context-length", "512",
                            "--num-queries", "4", "--performance-model", "analytic", "--performance-model", "profiling",
                            "--chrome-trace", str(trace), "--export-empirical-metrics", str(metrics), "--json",
-                           timeout_s=SLOW_S)
-    assert rc == 0, err
+                           "--plot", str(figures), timeout_s=SLOW_S)
+    assert rc == 0 and err == "", err
+    assert len(list(figures.iterdir())) == 6  # roofline, step-time, memory: PNG and SVG (tests/test_plots.py)
     doc, = documents(out)
     assert_valid("text-generate", doc)
     assert set(doc["performance_models"]) == {"analytic", "profiling"}

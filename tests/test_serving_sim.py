@@ -5,11 +5,13 @@ overload, and the three engines' schedulers where they differ."""
 import json
 import re
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from perfcast.ir.errors import UserError
 from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.metrics import summarize
 from perfcast.serving.sim import Speculative, simulate
 from perfcast.serving.types import SLO, AffineStep
 from perfcast.serving.workload import Lengths, Trace, Workload
@@ -52,8 +54,22 @@ def test_hand_computed_schedule_matches_the_design_doc():
         finish = spans[(k, "decode")][1]
         assert first * 1e3 == pytest.approx(float(ttft_ms), rel=1e-12)
         assert (finish - first) / (int(osl) - 1) * 1e3 == pytest.approx(float(tpot_ms), rel=1e-12)
-    ends = [float(r[4]) for r in table(SCHEDULE, "| step |")]
+    steps = table(SCHEDULE, "| step |")
+    ends = [float(r[4]) for r in steps]
     assert [c[0] * 1e3 for c in tr.counters] == pytest.approx(ends, rel=1e-12)
+    # each step's start (the previous one's end: nothing idles) and its batch: sequences, prefill chunks
+    assert [c[4] * 1e3 for c in tr.counters] == pytest.approx([0.0, *ends[:-1]], rel=1e-12)
+    assert [(c[1], c[3]) for c in tr.counters] == [(r[1].count(",") + 1, r[1].count("prefill")) for r in steps]
+    assert [(c[1], c[3]) for c in tr.counters] == [(1, 1), (2, 2), (3, 1), (2, 0), (1, 0)]
+
+
+def test_the_per_request_samples_are_what_the_summaries_summarize():
+    res, _ = _hand_run()
+    ms = [(float(r[3]), float(r[4])) for r in table(SCHEDULE, "| request |")]  # TTFT, TPOT of R0, R1, R2
+    assert [t * 1e3 for t in res.samples.ttft_s] == pytest.approx([t for t, _ in ms], rel=1e-12)
+    assert [t * 1e3 for t in res.samples.tpot_s] == pytest.approx([t for _, t in ms], rel=1e-12)
+    assert res.ttft_s == summarize(np.array(res.samples.ttft_s))
+    assert res.tpot_s == summarize(np.array(res.samples.tpot_s))
 
 
 def test_speculative_example_of_the_design_doc():
@@ -191,6 +207,7 @@ def test_overload_is_reported_unstable():
     assert low.stable and low.ttft_s is not None
     assert not high.stable
     assert high.ttft_s is None and high.tpot_s is None and high.e2e_s is None and high.itl_s is None
+    assert high.samples is None and len(low.samples.ttft_s) == low.requests
     assert high.goodput_requests_per_s is None
     assert 15.0 < high.sustainable_rate < 25.0
 

@@ -208,3 +208,42 @@ def design_value(flag: str, sym: str, value: int | float, *, size: bool) -> int 
         raise UserError(f"{flag} {sym}={value:g}: {sym} is a size; expected at most {MAX_SIZE:,} "
                         f"(extents are indexed with 32-bit integers)")
     return int(value)
+
+
+# --- Figures -----------------------------------------------------------------------------------------
+
+def add_plot_argument(p) -> None:
+    p.add_argument("--plot", metavar="DIR",
+                   help="write the run's figures to DIR (created) as PNG and SVG (docs/design/plots.md)")
+
+
+def plot_dir(args) -> None:
+    """``--plot DIR`` made before the run, so that a directory that cannot be written is refused
+    before any work is done."""
+    if not args.plot:
+        return
+    import os
+    from pathlib import Path
+
+    path = Path(args.plot)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--plot {args.plot}: cannot create the directory ({e.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"--plot {args.plot}: cannot write in the directory (permission denied)")
+
+
+def plot(args, make, *objs) -> list[str]:
+    """``--plot DIR``: the figures ``make(*objs)`` draws (:mod:`perfcast.report.plots`) written
+    to DIR, each one a run cannot draw named on stderr with why. Returns the lines that name the
+    files, to print after the report (none under ``--json``: stdout holds the document only)."""
+    from perfcast.report import plots
+
+    try:
+        paths, skipped = plots.write(make(*objs), args.plot)
+    except OSError as e:
+        raise UserError(f"--plot {args.plot}: cannot write ({e.strerror})") from None
+    for s in skipped:
+        sys.stderr.write(f"perfcast {args.command}: note: --plot: no {s.name} figure: {s.why}\n")
+    return [] if getattr(args, "json", False) else [f"wrote {p}" for p in paths]

@@ -8,7 +8,8 @@ import sympy
 
 from rich.console import Console
 
-from perfcast.cli.args import POSITIVE, assignment, design_value, refuse, sweep, written
+from perfcast.cli.args import (POSITIVE, add_plot_argument, assignment, design_value, plot, plot_dir, refuse, sweep,
+                               written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.inference.slow import SlowComparison, schedule
 from perfcast.inputs import excerpt
@@ -48,6 +49,7 @@ def add_parser(sub) -> None:
     add_rollup_arguments(p)
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_plot_argument(p)
     p.set_defaults(run=run)
 
 
@@ -134,6 +136,7 @@ def run(args) -> int:
            ("--sweep", args.rollup != "slow", "the slow roll-up schedules the design point only; use --rollup "
                                              "both to see the sweep beside it"))
     sets, axes = _design_point(args)
+    plot_dir(args)
     spec = get_kernel(args.name)
     refuse(args, ("--padded", not spec.padded, f"kernel {spec.name} is traced with padded tiling already"))
     topo = _topology(args)
@@ -217,9 +220,14 @@ def run(args) -> int:
             doc["slow"]["figures"] = figures[-1][3]
         if args.rollup == "slow":
             doc["rollup"] = "slow"
+    check(doc)  # the tables and figures below show the same figures
+    wrote = []
+    if args.plot:
+        from perfcast.report import plots_step
+
+        wrote = plot(args, plots_step.kernel, spec.name, device, r, ev, evals, [a for a, _ in axes], sweep_ov)
     if args.json:
         return emit(doc)
-    check(doc)  # the tables below show the same figures
     console = Console(width=max(120, Console().width))
     if args.tree:
         console.print(render(graph), markup=False, highlight=False)
@@ -233,6 +241,8 @@ def run(args) -> int:
     if figures:
         report.figures_table(console, spec.figures, figures[1:] if args.rollup == "slow" else figures,
                              [a for a, _ in axes])
+    for line in wrote:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

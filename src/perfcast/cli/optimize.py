@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, refuse, sequences, written
+from perfcast.cli.args import Number, add_plot_argument, count, devices, plot, plot_dir, refuse, sequences, written
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -46,6 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
+    add_plot_argument(p)
     p.set_defaults(run=run)
 
 
@@ -144,6 +145,7 @@ def run(args) -> int:
     refuse(args, ("--confirm", not args.simulate_all, "picks the candidates to simulate; --simulate-all simulates "
                                                      "every one"),
            ("--workers", args.executor == "ray", "sizes the local Ray cluster of --executor ray"))
+    plot_dir(args)
     sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
@@ -168,11 +170,18 @@ def run(args) -> int:
         ex.close()
     if args.save_dir:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
-    doc = report.to_json(result)
+    doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
+    wrote = []
+    if args.plot:
+        from perfcast.report import plots_serving
+
+        wrote = plot(args, plots_serving.optimize, result)
     if args.json:
         return emit(doc)
-    check(doc)
-    report.render(Console(width=max(140, Console().width)), result, doc)
+    console = Console(width=max(140, Console().width))
+    report.render(console, result, doc)
+    for line in wrote:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, given, refuse, sequences, written
+from perfcast.cli.args import (Number, add_plot_argument, count, devices, given, plot, plot_dir, refuse, sequences,
+                               written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -89,6 +90,7 @@ def add_parser(sub) -> None:
     o.add_argument("--chrome-trace", metavar="FILE",
                    help="write the simulation as a Perfetto trace (a track per engine instance, a span per "
                         "request phase, batch and KV counters)")
+    add_plot_argument(o)
     p.set_defaults(run=run)
 
 
@@ -232,6 +234,7 @@ def run(args) -> int:
            ("--chrome-trace", args.tier != "closed-form", "writes the simulation's timeline; --tier closed-form "
                                                           "runs none"),
            ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"))
+    plot_dir(args)
     layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
@@ -240,7 +243,8 @@ def run(args) -> int:
     dis = _disagg(args, layout)
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,
                      chunked_prefill=args.chunked_prefill, kv_capacity_tokens=args.kv_capacity,
-                     speculative=_speculative(args), slo=slo, tier=args.tier, trace=bool(args.chrome_trace),
+                     speculative=_speculative(args), slo=slo, tier=args.tier,
+                     trace=bool(args.chrome_trace or args.plot),
                      max_load=args.max_load,
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
     import contextlib
@@ -252,9 +256,16 @@ def run(args) -> int:
         result = serve(spec)
     if args.chrome_trace:
         written("--chrome-trace", args.chrome_trace, write_trace, result.trace.events(), args.chrome_trace, "ms")
-    doc = report.to_json(result)
+    doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
+    wrote = []
+    if args.plot:
+        from perfcast.report import plots_serving
+
+        wrote = plot(args, plots_serving.serve, result)
     if args.json:
         return emit(doc)
-    check(doc)
-    report.render(Console(width=max(120, Console().width)), result, doc)
+    console = Console(width=max(120, Console().width))
+    report.render(console, result, doc)
+    for line in wrote:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0

@@ -7,7 +7,8 @@ import argparse
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, images, pixels, refuse, sequences, tokens, written
+from perfcast.cli.args import (Number, add_plot_argument, count, devices, images, pixels, plot, plot_dir, refuse,
+                               sequences, tokens, written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -95,6 +96,7 @@ def add_parser(sub) -> None:
                         "them with full weights (vLLM --mm-encoder-tp-mode, SGLang --mm-enable-dp-encoder), or "
                         "replicated (TensorRT-LLM); default: the engine's")
     p.add_argument("--top", type=count(), default=15, help="rows of the op table (default 15)")
+    add_plot_argument(p)
     add_overlap_argument(p)
     p.set_defaults(run=run)
 
@@ -187,6 +189,7 @@ def run(args) -> int:
 
     transforms = parse(args.overlap)
     _inapplicable(args)
+    plot_dir(args)
     req = _request(args, _topology(args), num_queries=args.num_queries, query_length=args.query_length,
                    context_length=args.context_length,
                    performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
@@ -208,10 +211,14 @@ def run(args) -> int:
     if args.export_empirical_metrics:
         written("--export-empirical-metrics", args.export_empirical_metrics, write,
                 {"performance_models": report.empirical_metrics(result)}, args.export_empirical_metrics)
-    doc = report.to_json(result)
+    doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
+    wrote = []
+    if args.plot:
+        from perfcast.report import plots_step
+
+        wrote = plot(args, plots_step.text_generate, result)
     if args.json:
         return emit(doc)
-    check(doc)  # the tables below are drawn from the same figures
     console = Console(width=max(120, Console().width))
     report.render(console, result, top=args.top)
     if result.vision is not None:
@@ -225,6 +232,8 @@ def run(args) -> int:
             console.print(f"[bold]slow roll-up ({n})[/]: kernels on one stream keep their order; "
                           f"overlap inside a kernel only")
             render_slow(console, result.slow_comparison(n))
+    for line in wrote:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

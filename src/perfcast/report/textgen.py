@@ -151,6 +151,11 @@ def _label(result, name: str, shares: dict[str, float]) -> dict[str, float]:
     return {fallback.get(k, k): v for k, v in shares.items()}
 
 
+def provenance_label(result, name: str, source: str) -> str:
+    """A leaf's provenance (``source``) as the report names it under performance model ``name``."""
+    return next(iter(_label(result, name, {source: 0.0})))
+
+
 def provenance_by_time(result, name: str) -> dict[str, float]:
     return _label(result, name, result.evaluations[name].provenance_shares())
 

@@ -27,7 +27,7 @@ from .metrics import goodput, per_user_tokens_per_s, request_metrics, summarize,
 from .policies import SCHEDULERS, Engine
 from .scheduler import SchedulerConfig
 from .simtrace import SimTrace
-from .types import SLO, Chunk, KVCache, Mix, ServingResult, StepCost, expected_tokens_per_step
+from .types import SLO, Chunk, KVCache, Mix, Samples, ServingResult, StepCost, expected_tokens_per_step
 from .workload import Requests, Workload, generate
 
 #: an open-loop run is overloaded when requests still wait at the last arrival (at least this
@@ -247,7 +247,7 @@ def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: floa
     if finished:
         _finish(eng, run, finished, t)
     if tr is not None:
-        tr.counter(t, len(planned), eng.pool.used * eng.bs)
+        tr.counter(t, len(planned), eng.pool.used * eng.bs, len(chunks), start)
     return t
 
 
@@ -320,8 +320,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     run.decode_emits += b * m
     run.decode_slots += b * m
     if run.trace is not None:
-        run.trace.counter(t0 + durs[0], b, eng.pool.used * eng.bs)
-        run.trace.counter(t, b, eng.pool.used * eng.bs)
+        run.trace.counter(t0 + durs[0], b, eng.pool.used * eng.bs, 0, t0)
+        run.trace.counter(t, b, eng.pool.used * eng.bs, 0, t0 + durs[0])
     return t
 
 
@@ -382,6 +382,7 @@ def _result(eng: Engine, run: _Run, reqs: Requests, w: Workload, kv: KVCache, de
         notes=tuple(notes),
         steps=run.steps,
         decode_tokens_per_step=run.decode_emits / run.decode_slots if run.decode_slots else None,
+        samples=Samples(tuple(m.ttft.tolist()), tuple(tpot.tolist())) if lat else None,
     )
 
 

@@ -23,15 +23,19 @@ class SimTrace:
     instance: int = 0
     name: str = ""                                 # the process's name ("engine N" if empty)
     spans: list = field(default_factory=list)      # (request, phase, start_s, end_s)
-    counters: list = field(default_factory=list)   # (t_s, batch, kv_tokens)
+    counters: list = field(default_factory=list)   # (t_s, batch, kv_tokens, prefills, start_s) of each step
 
     def request(self, i: int, send: float, scheduled: float, first: float, finish: float) -> None:
         for phase, a, b in (("queued", send, scheduled), ("prefill", scheduled, first), ("decode", first, finish)):
             if not (math.isnan(a) or math.isnan(b)) and b >= a:
                 self.spans.append((int(i), phase, float(a), float(b)))
 
-    def counter(self, t: float, batch: int, kv_tokens: int) -> None:
-        self.counters.append((float(t), int(batch), int(kv_tokens)))
+    def counter(self, t: float, batch: int, kv_tokens: int, prefills: int = 0, start: float | None = None) -> None:
+        """The step (or run of identical decode steps) from ``start`` to ``t``: ``batch``
+        sequences, ``prefills`` of them prefill chunks (the rest decoding); ``kv_tokens`` in the KV
+        cache after it."""
+        self.counters.append((float(t), int(batch), int(kv_tokens), int(prefills),
+                              float(t if start is None else start)))
 
     def events(self) -> list[dict]:
         pid = self.instance
@@ -39,7 +43,7 @@ class SimTrace:
         for i, phase, a, b in self.spans:
             out.append({"name": phase, "cat": "request", "ph": "X", "pid": pid, "tid": i + 1,
                         "ts": a * US, "dur": (b - a) * US, "args": {"request": i}})
-        for t, batch, kv in self.counters:
+        for t, batch, kv, _, _ in self.counters:
             out.append({"name": "batch", "ph": "C", "pid": pid, "ts": t * US, "args": {"sequences": batch}})
             out.append({"name": "kv", "ph": "C", "pid": pid, "ts": t * US, "args": {"tokens": kv}})
         return out

@@ -139,6 +139,15 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Samples:
+    """The per-request figures a simulation's summaries are made of, seconds, counted requests in
+    request order: TTFT of each, TPOT of each with more than one output token."""
+
+    ttft_s: tuple[float, ...]
+    tpot_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class SLO:
     """Service-level objectives a request must meet to count towards goodput (None: no bound)."""
 
@@ -175,3 +184,4 @@ class ServingResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     steps: int | None = None                       # engine steps simulated (simulation tier)
     decode_tokens_per_step: float | None = None    # tokens a decoding sequence emits per step (> 1: speculative)
+    samples: Samples | None = None                 # the simulation's per-request TTFT and TPOT (stable runs)
