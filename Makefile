@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench validate validate-serving setup gpu-loop
+.PHONY: demo picture test bench validate validate-serving setup gpu-loop
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/perfcast optimize qwen3-32b --devices h200-sxm --total-devices 8 --isl 4000 --osl 500 \
 	    --ttft 2 --tpot 0.03 --serving-mode both
+
+# the README's picture: the demo search's Pareto front (docs/images/quickstart/pareto.png, .svg)
+picture: $(STAMP)
+	$(VENV)/bin/perfcast optimize qwen3-32b --devices h200-sxm --total-devices 8 --isl 4000 --osl 500 \
+	    --ttft 2 --tpot 0.03 --serving-mode both --plot docs/images/quickstart
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

@@ -129,8 +129,8 @@ class StepModel:
         (self._decode, self._prefill, self._dense_decode, self._dense_prefill, self._head,
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
-        self._decode_rows: dict[int, list[float]] = {}
-        self._prefill_rows: dict[tuple[int, int], list[float]] = {}
+        self._decode_rows: dict[tuple, list[float]] = {}
+        self._prefill_rows: dict[tuple, list[float]] = {}
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing")
 
@@ -233,7 +233,7 @@ class StepModel:
 
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
         part = self._part_of[(True, tokens)]
-        return self._row(self._decode_rows, batch, lambda c: part.attention(float(batch), c), context)
+        return self._row(self._decode_rows, (batch, id(part)), lambda c: part.attention(float(batch), c), context)
 
     def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
         """``batch`` sequences of ``new`` tokens after ``past`` cached ones each. Chunks of more
