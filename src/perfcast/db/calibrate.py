@@ -183,10 +183,14 @@ def fit_core(work: KernelWork, latency_s: np.ndarray, rate: float, bandwidth: fl
 
 
 def fit_residual(fit: KernelFit, work: KernelWork, axes: tuple[str, str], latency_s: np.ndarray,
-                 rate: float, bandwidth: float, min_cell: int = MIN_CELL) -> Residual | None:
+                 rate: float, bandwidth: float, min_cell: int = MIN_CELL,
+                 cells: tuple = ((CELL_LOG2, 0.0), (CELL_LOG2, 0.0))) -> Residual | None:
+    """Median log-ratio of the measured to the smooth form per cell of the two axes (log₂);
+    ``cells``: each axis's cell width and where the first cell starts below the smallest value."""
     log_r = np.log(latency_s / fit.time(work, rate, bandwidth))
     xs = [np.log2(np.maximum(np.asarray(work.axes[a], dtype=float), 1e-300)) for a in axes]
-    edges = [np.arange(math.floor(x.min()), math.ceil(x.max()) + CELL_LOG2, CELL_LOG2) for x in xs]
+    edges = [np.arange(math.floor(x.min()) - off, math.ceil(x.max()) + width, width)
+             for x, (width, off) in zip(xs, cells)]
     if any(len(e) < 3 for e in edges):
         return None
     idx = [np.clip(np.digitize(x, e) - 1, 0, len(e) - 2) for x, e in zip(xs, edges)]
@@ -208,7 +212,8 @@ def fit_sample(sample: Sample, device: Device, units: int | None = None) -> Kern
     work = work_of(sample, units)
     core = fit_core(work, sample.latency_s, *pk, compute=sample.cls.rate_dtype(sample.variant) is not None)
     axes = sample.cls.residual_axes
-    res = fit_residual(core, work, axes, sample.latency_s, *pk, min_cell=sample.cls.min_cell) if axes else None
+    res = fit_residual(core, work, axes, sample.latency_s, *pk, min_cell=sample.cls.min_cell,
+                       cells=sample.cls.cells) if axes else None
     return KernelFit(core.static_s, core.overlap, core.compute, core.memory, core.item_s, res)
 
 
@@ -248,10 +253,16 @@ def spec_of(fit: KernelFit, sample: Sample, pred: np.ndarray, database: str) -> 
                               "p90": _g(float(np.percentile(err, 90)))}
     entry["source"] = (f"fitted by `perfcast db calibrate` on {database}/{sample.table} ({len(sample):,} "
                        f"measured kernels of variant {sample.variant}): robust least squares on log latency; "
-                       + (f"residual on {CELL_LOG2:g}-octave cells of log2 {' x '.join(sample.cls.residual_axes)}; "
-                          if fit.residual is not None else "")
+                       + (f"residual on {_cells(sample.cls.cells)} cells of log2 "
+                          f"{' x '.join(sample.cls.residual_axes)}; " if fit.residual is not None else "")
                        + f"{FOLDS}-fold by shape: median {np.median(err):.1%}, p90 {np.percentile(err, 90):.1%}")
     return entry
+
+
+def _cells(cells) -> str:
+    widths = {w for w, _ in cells}
+    return f"{widths.pop():g}-octave" if len(widths) == 1 and not any(o for _, o in cells) else \
+        " x ".join(f"{w:g}-octave" for w, _ in cells)
 
 
 #: a memory-bound kernel table stands for the engine's elementwise kernels only if its largest

@@ -64,6 +64,9 @@ class KernelClass:
     residual_axes: tuple[str, str] | None
     bandwidth: str = "hbm"  # the datasheet bandwidth the memory term is a fraction of: hbm | link
     min_cell: int = 3  # rows a residual cell needs for its median (sparse sweeps need fewer)
+    #: each residual axis's cell width (octaves) and where its first cell starts below the
+    #: smallest measured value (octaves): a factor of 4 from that value by default
+    cells: tuple[tuple[float, float], tuple[float, float]] = ((2.0, 0.0), (2.0, 0.0))
 
     def bandwidth_of(self, device) -> float | None:
         """HBM bandwidth, or for a collective class one device's links summed (per direction, the
@@ -285,10 +288,15 @@ def allreduce_work(s: Shape, units: int) -> KernelWork:
                       axes={"bytes": nbytes, "devices": n})
 
 
-#: the tables sweep one axis (bytes) at three group sizes: two rows per residual cell
+#: the tables sweep one axis (bytes, powers of 2) at a few group sizes (2, 4, 8): two rows per
+#: residual cell of a factor 4 in bytes, and one cell per group size, centred on it — the
+#: engines switch strategy (one-shot, two-shot, NCCL) at message sizes that depend on the group
+#: size (TensorRT-LLM's AUTO strategy: cpp/tensorrt_llm/common/customAllReduceUtils.h, by message
+#: size and world size), a bend the smooth form cannot follow and a cell shared by two group
+#: sizes averages away
 ALLREDUCE = _register(KernelClass("allreduce", ("devices", "dtype", "bytes"), lambda s: "any",
                                   allreduce_work, lambda v: None, ("bytes", "devices"), bandwidth="link",
-                                  min_cell=2))
+                                  min_cell=2, cells=((2.0, 0.0), (1.0, 0.5))))
 #: collective leaf ops priced by the engine's measured all-reduce (an engine profile names its
 #: one-shot/two-shot kernels so; the profiling databases map the same names)
 CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"})
