@@ -134,8 +134,6 @@ def _ints_or_floats(text: str, flag: str) -> list[float]:
 
 
 def run(args) -> int:
-    import sys
-
     from perfcast.report import search as report
     from perfcast.report.document import check, emit
     from perfcast.search.optimize import SearchSpec, optimize
@@ -159,15 +157,15 @@ def run(args) -> int:
                       max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
                       simulate_all=args.simulate_all)
+    from perfcast.cli.progress import progress
     from perfcast.search.executor import executor
 
-    show = sys.stderr.isatty() and not args.json
-    ex = executor(args.executor, args.workers)
-    try:
-        with _progress(show) as hook:
-            result = optimize(spec, progress=hook, jobs=args.jobs, executor=ex)
-    finally:
-        ex.close()
+    with progress(args, "screening") as bar:  # starting a Ray cluster, then the screening
+        ex = executor(args.executor, args.workers)
+        try:
+            result = optimize(spec, progress=bar, jobs=args.jobs, executor=ex)
+        finally:
+            ex.close()
     if args.save_dir:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
     doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
@@ -184,21 +182,3 @@ def run(args) -> int:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
-
-def _progress(show: bool):
-    """A rich progress bar on stderr over the deployments screened (a terminal only)."""
-    import contextlib
-
-    if not show:
-        return contextlib.nullcontext(None)
-    from rich.progress import Progress
-
-    @contextlib.contextmanager
-    def bar():
-        with Progress(console=Console(stderr=True), transient=True) as prog:
-            task = prog.add_task("screening", total=None)
-
-            def hook(done, total, what):
-                prog.update(task, completed=done, total=total, description=f"screening {what}")
-            yield hook
-    return bar()

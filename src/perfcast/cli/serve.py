@@ -247,12 +247,9 @@ def run(args) -> int:
                      trace=bool(args.chrome_trace or args.plot),
                      max_load=args.max_load,
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
-    import contextlib
-    import sys
+    from perfcast.cli.progress import progress
 
-    busy = Console(stderr=True).status(f"serving {args.model}: compiling the step model, simulating") \
-        if sys.stderr.isatty() and not args.json else contextlib.nullcontext()
-    with busy:
+    with progress(args, f"serving {args.model}: compiling the step model, simulating"):
         result = serve(spec)
     if args.chrome_trace:
         written("--chrome-trace", args.chrome_trace, write_trace, result.trace.events(), args.chrome_trace, "ms")

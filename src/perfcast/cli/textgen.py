@@ -199,7 +199,10 @@ def run(args) -> int:
                                  args.sequence_parallel, args.micro_batches),
                    num_devices=args.num_devices, topology=args.topology, images=_images(args),
                    encoder_tp_mode=args.encoder_tp_mode, overlap=transforms, rollup=args.rollup)
-    result = simulate(req)
+    from perfcast.cli.progress import progress
+
+    with progress(args, f"capturing and pricing {req.model.name}"):  # a first capture takes seconds
+        result = simulate(req)
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "

@@ -58,31 +58,6 @@ def _silicon_sample(value: str | None) -> str | None:
     return str(root / "systems" / "silicon_sample.csv")
 
 
-class _progress:
-    """A rich progress bar on stderr for the serving replay, when stderr is a terminal."""
-
-    def __init__(self, on: bool):
-        import sys
-
-        self.on = on and sys.stderr.isatty()
-        self.bar = self.task = None
-
-    def __enter__(self):
-        if not self.on:
-            return None
-        from rich.progress import Progress
-
-        self.bar = Progress(console=Console(stderr=True), transient=True)
-        self.bar.start()
-        self.task = self.bar.add_task("replaying rows with perfcast serve", total=None)
-        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
-
-
 def run(args) -> int:
     from perfcast.inference.textgen import PERFORMANCE_MODELS
     from perfcast.inference.validation import ValidationRequest
@@ -104,8 +79,11 @@ def run(args) -> int:
                             modes=tuple(args.mode), population=args.population, subset=args.subset,
                             limit=args.limit, seed=args.seed, performance_models=models,
                             baseline=not args.no_baseline, strict=args.strict)
-    with _progress(args.serving and not args.json) as progress:
-        doc = validate(req, serving=args.serving, progress=progress)
+    from perfcast.cli.progress import progress
+
+    label = "validating: pricing the rows" + (", then replaying them with perfcast serve" if args.serving else "")
+    with progress(args, label) as bar:
+        doc = validate(req, serving=args.serving, progress=bar)
     if args.rows:
         try:
             report.write_rows(doc, args.rows)
