@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, add_plot_argument, count, devices, plot, plot_dir, refuse, sequences, written
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, refuse, report_files, report_paths,
+                               sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -46,7 +47,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
-    add_plot_argument(p)
+    add_report_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -143,7 +144,7 @@ def run(args) -> int:
     refuse(args, ("--confirm", not args.simulate_all, "picks the candidates to simulate; --simulate-all simulates "
                                                      "every one"),
            ("--workers", args.executor == "ray", "sizes the local Ray cluster of --executor ray"))
-    plot_dir(args)
+    report_paths(args)
     sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
@@ -170,10 +171,10 @@ def run(args) -> int:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
     doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_serving
 
-        wrote = plot(args, plots_serving.optimize, result)
+        wrote = report_files(args, doc, plots_serving.optimize, result)
     if args.json:
         return emit(doc)
     console = Console(width=max(140, Console().width))

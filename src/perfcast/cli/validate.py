@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import add_plot_argument, count, plot, plot_dir, refuse
+from perfcast.cli.args import add_report_arguments, count, refuse, report_files, report_paths
 from perfcast.ir import UserError
 
 
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                         "under load; seconds per distinct deployment)")
     p.add_argument("--rows", metavar="FILE", help="write one line per row (.csv, or .json) with its mapping and predictions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_plot_argument(p)
+    add_report_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -73,7 +73,7 @@ def run(args) -> int:
                   f"draws the stratified sample; --population {args.population} is not drawn"))
     if args.rows and not args.rows.endswith((".csv", ".json")):
         raise UserError(f"--rows {args.rows}: expected a .csv or .json file name")
-    plot_dir(args)
+    report_paths(args)
     req = ValidationRequest(silicon_sample=_silicon_sample(args.silicon_sample), published=args.published,
                             systems=tuple(args.system), models=tuple(args.model), backends=tuple(args.backend),
                             modes=tuple(args.mode), population=args.population, subset=args.subset,
@@ -91,10 +91,10 @@ def run(args) -> int:
             raise UserError(f"--rows {args.rows}: cannot write ({e.strerror})") from None
     summary = check(report.to_json(doc))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_validation
 
-        wrote = plot(args, plots_validation.validate, doc)
+        wrote = report_files(args, summary, plots_validation.validate, doc)
     if args.json:
         return emit(summary)
     console = Console(width=max(160, Console().width))
