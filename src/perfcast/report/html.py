@@ -23,7 +23,7 @@ SECTIONS = (("headline", "Headline"), ("inputs", "Inputs"), ("figures", "Figures
             ("json", "JSON document"))
 _NUMERIC = ("s", "B", "B/s", "FLOP", "share", "rate", "int", "num")
 #: characters of text that wrap (a shorter value stays on one line)
-_LONG = 48
+_LONG = 44
 
 _CSS = """
 :root { --ink: #1b1f24; --muted: #57606a; --line: #d0d7de; --tint: #f6f8fa; --accent: #0072B2; --alarm: #b3261e; }
@@ -57,8 +57,8 @@ td.num, th.num { text-align: right; white-space: nowrap; }
               padding: 3px 0; }
 .inputs dt { color: var(--muted); flex: 1 1 0; min-width: 0; overflow-wrap: anywhere; }
 .inputs dd { margin: 0; text-align: right; flex: 0 1 auto; max-width: 62%; }
-.inputs div.long { grid-column: 1 / -1; } .inputs div.long dt { flex: 0 0 auto; }
-.inputs div.long dd { max-width: 80%; text-align: left; }
+.inputs div.long { grid-column: 1 / -1; justify-content: flex-start; }
+.inputs div.long dt { flex: 0 0 auto; min-width: 240px; } .inputs div.long dd { max-width: 80%; text-align: left; }
 figure { margin: 0 0 20px; } figure img { width: 100%; max-width: 1000px; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); }
 .bar { display: flex; height: 14px; min-width: 160px; border-radius: 3px; overflow: hidden; background: var(--tint); }
