@@ -6,7 +6,7 @@ not shown, and a figure it holds as ``null`` is a dash."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from perfcast.perf import BOUNDS
 from perfcast.report.format import percent, seconds, si
@@ -49,7 +49,7 @@ class View:
     missing: tuple[str, ...] = ()
     missing_tables: tuple[Table, ...] = ()
     alert: str | None = None
-    provenance: tuple[tuple[str, dict], ...] = field(default=())
+    provenance: tuple[tuple[str, dict], ...] = ()
 
 
 def cell(value, kind: str) -> str:
@@ -118,7 +118,8 @@ def _shares(doc: dict, path: str = "") -> list[tuple[str, dict]]:
     if isinstance(doc, dict):
         for k, v in doc.items():
             where = f"{path}.{k}" if path else k
-            if k.startswith("provenance") and isinstance(v, dict) and all(isinstance(x, float) for x in v.values()):
+            shares = isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values())
+            if k.startswith("provenance") and shares:
                 out.append((where, v))
             elif k != "sweep":  # each sweep point repeats the design point's labels
                 out += _shares(v, where)
@@ -130,7 +131,8 @@ def _approximate(notes) -> tuple[str, ...]:
 
 
 def _table(id_: str, title: str, rows: list[dict], columns: list[tuple[str, str, str]]) -> Table:
-    """``columns``: (header, key — dotted into nested dicts, kind)."""
+    """``columns``: (header, key, kind); ``a|b`` steps into a nested dict (keys such as ``bytes.hbm``
+    hold dots)."""
     def get(row, key):
         for part in key.split("|"):
             row = row.get(part) if isinstance(row, dict) else None
