@@ -55,6 +55,10 @@ def test_every_single_valued_flag_of_every_command_is_covered():
     # 21 commands (db's three: list, import aiconfigurator, check); all but db check and schema take flags
     assert len(list(_commands())) == 21 and len({p for p, _, _ in SINGLE}) == 19 and len(SINGLE) >= 100
     assert (("text-generate",), "--device", ["x"]) in SINGLE and (("db", "check"), "--device", ["x"]) not in SINGLE
+    # the run's figures and its page, on the same five commands
+    plots = {p for p, f, _ in SINGLE if f == "--plot"}
+    assert plots == {p for p, f, _ in SINGLE if f == "--html"} == \
+        {("text-generate",), ("serve",), ("optimize",), ("validate",), ("kernel",)}
 
 
 @pytest.mark.parametrize("prefix, flag, value", SINGLE, ids=[f"{' '.join(p)} {f}" for p, f, _ in SINGLE])

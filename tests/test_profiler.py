@@ -25,7 +25,18 @@ def database(tiny, tmp_path_factory):
     from perfcast.profiler import profile_model
 
     out = tmp_path_factory.mktemp("db")
-    return profile_model(tiny, out, "cpu-local", query_length=16, dtype="fp32", repeats=3, device="cpu")
+    return profile_model(tiny, out, "cpu-local", query_length=16, dtype="fp32", repeats=3, device="cpu",
+                         progress=lambda *a: PROGRESS.append(a))
+
+
+#: the progress hook's calls while the database was profiled
+PROGRESS = []
+
+
+def test_progress_counts_the_kernels_timed(database):
+    total = len(PROGRESS)
+    assert total > 1 and [(done, n) for done, n, _ in PROGRESS] == [(i + 1, total) for i in range(total)]
+    assert all(line.startswith(f"[{done}/{total}] ") and " µs (" in line for done, _, line in PROGRESS)
 
 
 def test_layout_manifest_and_mapping(database):

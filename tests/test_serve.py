@@ -82,6 +82,42 @@ def test_the_cli_prints_the_serve_document(capsys, tmp_path):
     assert {e["name"] for e in events if e.get("ph") == "X"} >= {"prefill", "decode"}
 
 
+@pytest.mark.parametrize("argv, processes", [
+    ((), {0: "engine 0"}),
+    (("--disagg", "1p2d"), {0: "prefill 0", 1: "decode 0", 2: "decode 1"}),
+])
+def test_the_serve_trace_has_a_track_per_instance_a_span_per_phase_and_counters(capsys, tmp_path, argv, processes):
+    trace = tmp_path / "t.json"
+    code, _, err = _cli(capsys, "--request-rate", "4", "--num-requests", "12", "--osl", "8", "--tier", "simulation",
+                        "--chrome-trace", str(trace), *argv)
+    assert code == 0, err
+    events = json.loads(trace.read_text())["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    # one process per engine instance, named and ordered; every event on one of them
+    assert {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"} == processes
+    assert {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"} == \
+        {pid: pid for pid in processes}
+    assert {e["pid"] for e in events} == set(processes)
+    spans = [e for e in events if e["ph"] == "X"]
+    # a thread per request on each instance that ran part of it, named for the request
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in spans} == set(threads)
+    assert all(threads[e["pid"], e["tid"]] == f"request {e['args']['request']}" for e in spans)
+    assert {e["args"]["request"] for e in spans} == set(range(12))
+    phases = {"queued", "prefill", "decode"} | ({"transfer"} if argv else set())
+    assert phases <= {e["name"] for e in spans} <= phases | {"transfer queued"}
+    assert all(e["dur"] >= 0 and e["cat"] == "request" for e in spans)
+    # every request prefilled once and decoded once, in that order
+    first = {(e["args"]["request"], e["name"]): e for e in spans}
+    assert all(first[i, "prefill"]["ts"] + first[i, "prefill"]["dur"] <= first[i, "decode"]["ts"] + 1e-6
+               for i in range(12))
+    counters = [e for e in events if e["ph"] == "C"]
+    # the batch size and the KV tokens in use, on every instance that ran a step
+    assert {(e["pid"], e["name"], *e["args"]) for e in counters} == \
+        {(pid, name, key) for pid in processes for name, key in (("batch", "sequences"), ("kv", "tokens"))}
+    assert max(e["args"]["sequences"] for e in counters if e["name"] == "batch") >= 1
+
+
 @pytest.mark.parametrize("argv, says", [
     ((), "give a load"),
     (("--concurrency", "2", "--acceptance", "0.5"), "--acceptance: applies with --speculative"),

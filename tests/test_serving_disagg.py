@@ -170,8 +170,9 @@ def test_chrome_trace_has_a_process_per_instance(tmp_path):
     _, tr = simulate_disagg(pre, dec, _fixed(300, 10, num_requests=12, concurrency=4), transfer_s=lambda n: 0.003,
                             trace=True)
     events = json.loads(tr.to_chrome(tmp_path / "t.json").read_text())["traceEvents"]
-    names = [e["args"]["name"] for e in events if e["ph"] == "M"]
-    assert names == ["prefill 0", "prefill 1", "decode 0", "decode 1"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "prefill 0", 1: "prefill 1", 2: "decode 0", 3: "decode 1"}  # a process each
+    assert {e["pid"] for e in events} == {0, 1, 2, 3}
     phases = {e["name"] for e in events if e["ph"] == "X"}
     assert {"prefill", "transfer", "decode"} <= phases
     assert {p for t in tr.traces[:2] for _, p, _, _ in t.spans} <= {"queued", "prefill"}

@@ -210,40 +210,71 @@ def design_value(flag: str, sym: str, value: int | float, *, size: bool) -> int 
     return int(value)
 
 
-# --- Figures -----------------------------------------------------------------------------------------
+# --- Figures and the page ----------------------------------------------------------------------------
 
-def add_plot_argument(p) -> None:
+#: the namespace attribute that holds the command line (after ``perfcast``), for the page's inputs
+ARGV = "_argv"
+
+
+def add_report_arguments(p) -> None:
     p.add_argument("--plot", metavar="DIR",
                    help="write the run's figures to DIR (created) as PNG and SVG (docs/design/plots.md)")
+    p.add_argument("--html", metavar="FILE",
+                   help="write the run as one self-contained HTML page: inputs, headline, figures, sortable tables, "
+                        "provenance, missing data, notes and the JSON document (docs/design/report.md)")
 
 
-def plot_dir(args) -> None:
-    """``--plot DIR`` made before the run, so that a directory that cannot be written is refused
-    before any work is done."""
-    if not args.plot:
-        return
+def report_paths(args) -> None:
+    """``--plot DIR`` made and ``--html FILE``'s directory checked before the run, so that a
+    place that cannot be written is refused before any work is done."""
     import os
     from pathlib import Path
 
-    path = Path(args.plot)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--plot {args.plot}: cannot create the directory ({e.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"--plot {args.plot}: cannot write in the directory (permission denied)")
+    if args.plot:
+        path = Path(args.plot)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"--plot {args.plot}: cannot create the directory ({e.strerror})") from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UserError(f"--plot {args.plot}: cannot write in the directory (permission denied)")
+    if args.html:
+        path = Path(args.html)
+        parent = path.parent
+        if path.is_dir():
+            raise UserError(f"--html {args.html}: is a directory; give a file name")
+        if not parent.is_dir():
+            why = "not a directory" if parent.exists() else "no such directory"
+            raise UserError(f"--html {args.html}: cannot write ({parent}: {why})")
+        if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise UserError(f"--html {args.html}: cannot write (permission denied)")
 
 
-def plot(args, make, *objs) -> list[str]:
-    """``--plot DIR``: the figures ``make(*objs)`` draws (:mod:`perfcast.report.plots`) written
-    to DIR, each one a run cannot draw named on stderr with why. Returns the lines that name the
+def report_files(args, doc: dict, make, *objs) -> list[str]:
+    """``--plot DIR`` and ``--html FILE``: the figures ``make(*objs)`` draws
+    (:mod:`perfcast.report.plots`, drawn once for both) written to DIR, and the page of the run —
+    its JSON document ``doc`` and those figures (:mod:`perfcast.report.html`) — written to FILE;
+    each figure the run cannot draw named on stderr with why. Returns the lines that name the
     files, to print after the report (none under ``--json``: stdout holds the document only)."""
+    from pathlib import Path
+
     from perfcast.report import plots
 
-    try:
-        paths, skipped = plots.write(make(*objs), args.plot)
-    except OSError as e:
-        raise UserError(f"--plot {args.plot}: cannot write ({e.strerror})") from None
-    for s in skipped:
-        sys.stderr.write(f"perfcast {args.command}: note: --plot: no {s.name} figure: {s.why}\n")
+    figures = make(*objs)
+    paths = []
+    if args.plot:
+        try:
+            paths, _ = plots.write(figures, args.plot)
+        except OSError as e:
+            raise UserError(f"--plot {args.plot}: cannot write ({e.strerror})") from None
+    flag = "--plot" if args.plot else "--html"
+    for s in (f for f in figures.values() if isinstance(f, plots.Skipped)):
+        sys.stderr.write(f"perfcast {args.command}: note: {flag}: no {s.name} figure: {s.why}\n")
+    if args.html:
+        from perfcast.report.document import versioned
+        from perfcast.report.html import page
+
+        text = page(args.command, versioned(doc), figures, vars(args).get(ARGV))
+        written("--html", args.html, Path(args.html).write_text, text, "utf-8")
+        paths.append(Path(args.html))
     return [] if getattr(args, "json", False) else [f"wrote {p}" for p in paths]

@@ -7,7 +7,6 @@ shape), and writes a calibration file the analytic model loads for that device a
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from perfcast.ir import UserError
@@ -40,8 +39,10 @@ def run(args) -> int:
     if device.spec.datasheet.compute_units is None:
         raise UserError(f"device {device.name} has no datasheet compute_units (SMs, CUs); the kernel "
                         f"forms count waves against it")
-    doc = calibrate(args.database, device, _display(args.database),
-                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+    from perfcast.cli.progress import progress
+
+    with progress(args, f"calibrating {device.name}", lines=True) as bar:
+        doc = calibrate(args.database, device, _display(args.database), progress=bar.log)
     if not doc["fits"]:
         raise UserError(f"{args.database}: no kernel table the calibration covers has enough rows")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ import sympy
 
 from rich.console import Console
 
-from perfcast.cli.args import (POSITIVE, add_plot_argument, assignment, design_value, plot, plot_dir, refuse, sweep,
-                               written)
+from perfcast.cli.args import (POSITIVE, add_report_arguments, assignment, design_value, refuse, report_files,
+                               report_paths, sweep, written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.inference.slow import SlowComparison, schedule
 from perfcast.inputs import excerpt
@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
     add_rollup_arguments(p)
     p.add_argument("--tree", action="store_true", help="print the op tree with rolled-up costs")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    add_plot_argument(p)
+    add_report_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -136,7 +136,7 @@ def run(args) -> int:
            ("--sweep", args.rollup != "slow", "the slow roll-up schedules the design point only; use --rollup "
                                              "both to see the sweep beside it"))
     sets, axes = _design_point(args)
-    plot_dir(args)
+    report_paths(args)
     spec = get_kernel(args.name)
     refuse(args, ("--padded", not spec.padded, f"kernel {spec.name} is traced with padded tiling already"))
     topo = _topology(args)
@@ -222,10 +222,11 @@ def run(args) -> int:
             doc["rollup"] = "slow"
     check(doc)  # the tables and figures below show the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_step
 
-        wrote = plot(args, plots_step.kernel, spec.name, device, r, ev, evals, [a for a, _ in axes], sweep_ov)
+        wrote = report_files(args, doc, plots_step.kernel, spec.name, device, r, ev, evals, [a for a, _ in axes],
+                             sweep_ov)
     if args.json:
         return emit(doc)
     console = Console(width=max(120, Console().width))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from perfcast.cli.args import Parser
+from perfcast.cli.args import ARGV, Parser
 from perfcast.ir import UserError
 from perfcast.report.document import ReportBoundaryError
 
@@ -31,6 +31,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    vars(args)[ARGV] = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.run(args)
     except UserError as e:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, add_plot_argument, count, devices, plot, plot_dir, refuse, sequences, written
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, refuse, report_files, report_paths,
+                               sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -46,7 +47,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=count(0), default=0, help="seed of the simulations")
     p.add_argument("--json", action="store_true", help="print the optimize document as JSON")
     p.add_argument("--save-dir", metavar="DIR", help="write every candidate and the front as CSV and JSON")
-    add_plot_argument(p)
+    add_report_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -134,8 +135,6 @@ def _ints_or_floats(text: str, flag: str) -> list[float]:
 
 
 def run(args) -> int:
-    import sys
-
     from perfcast.report import search as report
     from perfcast.report.document import check, emit
     from perfcast.search.optimize import SearchSpec, optimize
@@ -145,7 +144,7 @@ def run(args) -> int:
     refuse(args, ("--confirm", not args.simulate_all, "picks the candidates to simulate; --simulate-all simulates "
                                                      "every one"),
            ("--workers", args.executor == "ray", "sizes the local Ray cluster of --executor ray"))
-    plot_dir(args)
+    report_paths(args)
     sizes = _ints(args.instance_sizes, "--instance-sizes", devices())
     if sizes and any(args.total_devices % s for s in sizes):
         bad = next(s for s in sizes if args.total_devices % s)
@@ -159,23 +158,23 @@ def run(args) -> int:
                       max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
                       simulate_all=args.simulate_all)
+    from perfcast.cli.progress import progress
     from perfcast.search.executor import executor
 
-    show = sys.stderr.isatty() and not args.json
-    ex = executor(args.executor, args.workers)
-    try:
-        with _progress(show) as hook:
-            result = optimize(spec, progress=hook, jobs=args.jobs, executor=ex)
-    finally:
-        ex.close()
+    with progress(args, "screening") as bar:  # starting a Ray cluster, then the screening
+        ex = executor(args.executor, args.workers)
+        try:
+            result = optimize(spec, progress=bar, jobs=args.jobs, executor=ex)
+        finally:
+            ex.close()
     if args.save_dir:
         written("--save-dir", args.save_dir, report.save, result, args.save_dir)
     doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_serving
 
-        wrote = plot(args, plots_serving.optimize, result)
+        wrote = report_files(args, doc, plots_serving.optimize, result)
     if args.json:
         return emit(doc)
     console = Console(width=max(140, Console().width))
@@ -184,21 +183,3 @@ def run(args) -> int:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
-
-def _progress(show: bool):
-    """A rich progress bar on stderr over the deployments screened (a terminal only)."""
-    import contextlib
-
-    if not show:
-        return contextlib.nullcontext(None)
-    from rich.progress import Progress
-
-    @contextlib.contextmanager
-    def bar():
-        with Progress(console=Console(stderr=True), transient=True) as prog:
-            task = prog.add_task("screening", total=None)
-
-            def hook(done, total, what):
-                prog.update(task, completed=done, total=total, description=f"screening {what}")
-            yield hook
-    return bar()

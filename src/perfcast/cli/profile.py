@@ -5,7 +5,6 @@ write a profiling database (``--performance-model profiling --profiling-database
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from perfcast.cli.args import MAX_BYTES, Number, count, refuse, sequences, tokens
@@ -59,11 +58,13 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr))
-    root = profile_model(model, out, args.device_name, num_queries=args.num_queries,
-                         query_length=args.query_length, context_length=args.context_length,
-                         decode=args.decode, dtype=args.dtype, engine=args.engine,
-                         repeats=args.repeats, device=args.torch_device, timing=args.timing,
-                         rotate_bytes=args.rotate_bytes, progress=progress)
+    from perfcast.cli.progress import progress
+
+    with progress(args, f"profiling {model.name}", lines=not args.quiet) as bar:
+        root = profile_model(model, out, args.device_name, num_queries=args.num_queries,
+                             query_length=args.query_length, context_length=args.context_length,
+                             decode=args.decode, dtype=args.dtype, engine=args.engine,
+                             repeats=args.repeats, device=args.torch_device, timing=args.timing,
+                             rotate_bytes=args.rotate_bytes, progress=bar)
     print(root)
     return 0

@@ -51,8 +51,11 @@ def run(args) -> int:
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine, quantize=quantizations(args),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES,
                       sizes=tuple(powers_of_two(largest)), kv_dtype=args.kv_cache_dtype, seed=args.seed)
-    result = recommend(spec, Target(args.request_rate, args.concurrency), objective=args.objective,
-                       prices=price_table(args.price_file), max_devices=args.max_devices)
+    from perfcast.cli.progress import progress
+
+    with progress(args, "sizing") as bar:
+        result = recommend(spec, Target(args.request_rate, args.concurrency), objective=args.objective,
+                           prices=price_table(args.price_file), max_devices=args.max_devices, progress=bar)
     doc = report.recommend_json(result)
     if args.json:
         return emit(doc)

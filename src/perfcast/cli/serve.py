@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_plot_argument, count, devices, given, plot, plot_dir, refuse, sequences,
-                               written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, given, refuse, report_files, report_paths,
+                               sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -90,7 +90,7 @@ def add_parser(sub) -> None:
     o.add_argument("--chrome-trace", metavar="FILE",
                    help="write the simulation as a Perfetto trace (a track per engine instance, a span per "
                         "request phase, batch and KV counters)")
-    add_plot_argument(o)
+    add_report_arguments(o)
     p.set_defaults(run=run)
 
 
@@ -234,7 +234,7 @@ def run(args) -> int:
            ("--chrome-trace", args.tier != "closed-form", "writes the simulation's timeline; --tier closed-form "
                                                           "runs none"),
            ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"))
-    plot_dir(args)
+    report_paths(args)
     layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
@@ -244,24 +244,21 @@ def run(args) -> int:
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,
                      chunked_prefill=args.chunked_prefill, kv_capacity_tokens=args.kv_capacity,
                      speculative=_speculative(args), slo=slo, tier=args.tier,
-                     trace=bool(args.chrome_trace or args.plot),
+                     trace=bool(args.chrome_trace or args.plot or args.html),
                      max_load=args.max_load,
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
-    import contextlib
-    import sys
+    from perfcast.cli.progress import progress
 
-    busy = Console(stderr=True).status(f"serving {args.model}: compiling the step model, simulating") \
-        if sys.stderr.isatty() and not args.json else contextlib.nullcontext()
-    with busy:
+    with progress(args, f"serving {args.model}: compiling the step model, simulating"):
         result = serve(spec)
     if args.chrome_trace:
         written("--chrome-trace", args.chrome_trace, write_trace, result.trace.events(), args.chrome_trace, "ms")
     doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_serving
 
-        wrote = plot(args, plots_serving.serve, result)
+        wrote = report_files(args, doc, plots_serving.serve, result)
     if args.json:
         return emit(doc)
     console = Console(width=max(120, Console().width))

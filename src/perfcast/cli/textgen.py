@@ -7,8 +7,8 @@ import argparse
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_plot_argument, count, devices, images, pixels, plot, plot_dir, refuse,
-                               sequences, tokens, written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, images, pixels, refuse, report_files,
+                               report_paths, sequences, tokens, written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -96,7 +96,7 @@ def add_parser(sub) -> None:
                         "them with full weights (vLLM --mm-encoder-tp-mode, SGLang --mm-enable-dp-encoder), or "
                         "replicated (TensorRT-LLM); default: the engine's")
     p.add_argument("--top", type=count(), default=15, help="rows of the op table (default 15)")
-    add_plot_argument(p)
+    add_report_arguments(p)
     add_overlap_argument(p)
     p.set_defaults(run=run)
 
@@ -189,7 +189,7 @@ def run(args) -> int:
 
     transforms = parse(args.overlap)
     _inapplicable(args)
-    plot_dir(args)
+    report_paths(args)
     req = _request(args, _topology(args), num_queries=args.num_queries, query_length=args.query_length,
                    context_length=args.context_length,
                    performance_models=tuple(dict.fromkeys(args.performance_model or ("analytic",))),
@@ -199,7 +199,10 @@ def run(args) -> int:
                                  args.sequence_parallel, args.micro_batches),
                    num_devices=args.num_devices, topology=args.topology, images=_images(args),
                    encoder_tp_mode=args.encoder_tp_mode, overlap=transforms, rollup=args.rollup)
-    result = simulate(req)
+    from perfcast.cli.progress import progress
+
+    with progress(args, f"capturing and pricing {req.model.name}"):  # a first capture takes seconds
+        result = simulate(req)
     if args.strict_memory and not result.memory.fits:
         raise UserError(f"{req.model.name} does not fit on {req.device.name}: needs "
                         f"{result.memory.used_bytes:,} of {result.memory.capacity_bytes:,} bytes "
@@ -213,10 +216,10 @@ def run(args) -> int:
                 {"performance_models": report.empirical_metrics(result)}, args.export_empirical_metrics)
     doc = check(report.to_json(result))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_step
 
-        wrote = plot(args, plots_step.text_generate, result)
+        wrote = report_files(args, doc, plots_step.text_generate, result)
     if args.json:
         return emit(doc)
     console = Console(width=max(120, Console().width))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import add_plot_argument, count, plot, plot_dir, refuse
+from perfcast.cli.args import add_report_arguments, count, refuse, report_files, report_paths
 from perfcast.ir import UserError
 
 
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                         "under load; seconds per distinct deployment)")
     p.add_argument("--rows", metavar="FILE", help="write one line per row (.csv, or .json) with its mapping and predictions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_plot_argument(p)
+    add_report_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -56,31 +56,6 @@ def _silicon_sample(value: str | None) -> str | None:
         raise UserError("--silicon-sample aiconfigurator: aiconfigurator-core is not installed "
                         "(pip install aiconfigurator-core, or pass a path)")
     return str(root / "systems" / "silicon_sample.csv")
-
-
-class _progress:
-    """A rich progress bar on stderr for the serving replay, when stderr is a terminal."""
-
-    def __init__(self, on: bool):
-        import sys
-
-        self.on = on and sys.stderr.isatty()
-        self.bar = self.task = None
-
-    def __enter__(self):
-        if not self.on:
-            return None
-        from rich.progress import Progress
-
-        self.bar = Progress(console=Console(stderr=True), transient=True)
-        self.bar.start()
-        self.task = self.bar.add_task("replaying rows with perfcast serve", total=None)
-        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
 
 
 def run(args) -> int:
@@ -98,14 +73,17 @@ def run(args) -> int:
                   f"draws the stratified sample; --population {args.population} is not drawn"))
     if args.rows and not args.rows.endswith((".csv", ".json")):
         raise UserError(f"--rows {args.rows}: expected a .csv or .json file name")
-    plot_dir(args)
+    report_paths(args)
     req = ValidationRequest(silicon_sample=_silicon_sample(args.silicon_sample), published=args.published,
                             systems=tuple(args.system), models=tuple(args.model), backends=tuple(args.backend),
                             modes=tuple(args.mode), population=args.population, subset=args.subset,
                             limit=args.limit, seed=args.seed, performance_models=models,
                             baseline=not args.no_baseline, strict=args.strict)
-    with _progress(args.serving and not args.json) as progress:
-        doc = validate(req, serving=args.serving, progress=progress)
+    from perfcast.cli.progress import progress
+
+    label = "validating: pricing the rows" + (", then replaying them with perfcast serve" if args.serving else "")
+    with progress(args, label) as bar:
+        doc = validate(req, serving=args.serving, progress=bar)
     if args.rows:
         try:
             report.write_rows(doc, args.rows)
@@ -113,10 +91,10 @@ def run(args) -> int:
             raise UserError(f"--rows {args.rows}: cannot write ({e.strerror})") from None
     summary = check(report.to_json(doc))  # the tables and figures below are drawn from the same figures
     wrote = []
-    if args.plot:
+    if args.plot or args.html:
         from perfcast.report import plots_validation
 
-        wrote = plot(args, plots_validation.validate, doc)
+        wrote = report_files(args, summary, plots_validation.validate, doc)
     if args.json:
         return emit(summary)
     console = Console(width=max(160, Console().width))

@@ -27,7 +27,8 @@ def profile_model(model, out: str | Path, device_name: str, *, num_queries: int 
 
     ``dtype`` defaults to bf16 on a CUDA device and fp32 on a CPU (what each runs well);
     ``timing`` and ``rotate_bytes`` are the collector's options
-    (:class:`perfcast.profiler.collect.Options`)."""
+    (:class:`perfcast.profiler.collect.Options`); ``progress(done, total, line)`` is called after
+    each kernel is timed (:func:`perfcast.profiler.collect.collect`)."""
     import re
 
     from perfcast import engines

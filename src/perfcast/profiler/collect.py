@@ -169,7 +169,8 @@ def rotate_bytes(backend, opts: Options) -> int:
 
 def collect(graph: Graph, device=None, opts: Options | None = None, into: Measured | None = None,
             progress=None) -> Measured:
-    """Time every distinct kernel of ``graph`` on the torch ``device`` (CUDA when present)."""
+    """Time every distinct kernel of ``graph`` on the torch ``device`` (CUDA when present);
+    ``progress(done, total, line)`` after each kernel, ``line`` saying what it measured."""
     import torch
 
     from perfcast.profiler.kernels import build
@@ -189,8 +190,8 @@ def collect(graph: Graph, device=None, opts: Options | None = None, into: Measur
         del fn  # free its tensors (and weight copies) before the next kernel's
         out.rows.setdefault(kernel, {})[key] = {**stats, "how": how}
         if progress:
-            progress(f"[{i + 1}/{len(todo)}] {kernel} {dict(zip(keys, key))}: {stats['latency_us']:.1f} µs "
-                     f"({how}; {stats['timing']})")
+            progress(i + 1, len(todo), f"[{i + 1}/{len(todo)}] {kernel} {dict(zip(keys, key))}: "
+                                       f"{stats['latency_us']:.1f} µs ({how}; {stats['timing']})")
     return out
 
 

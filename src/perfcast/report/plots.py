@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,14 +102,21 @@ class Skipped:
     why: str
 
 
+def encoded(fig: Figure, fmt: str) -> bytes:
+    """The figure's file in ``fmt`` (one of :data:`FORMATS`), as :func:`save` writes it."""
+    buf = io.BytesIO()
+    with style():
+        fig.savefig(buf, format=fmt, metadata=_METADATA[fmt])
+    return buf.getvalue()
+
+
 def save(fig: Figure, directory: str | Path, name: str) -> list[Path]:
     """``NAME.png`` and ``NAME.svg`` in ``directory``; ``OSError`` is the caller's to report."""
     out = []
-    with style():
-        for fmt in FORMATS:
-            path = Path(directory) / f"{name}.{fmt}"
-            fig.savefig(path, format=fmt, metadata=_METADATA[fmt])
-            out.append(path)
+    for fmt in FORMATS:
+        path = Path(directory) / f"{name}.{fmt}"
+        path.write_bytes(encoded(fig, fmt))
+        out.append(path)
     return out
 
 

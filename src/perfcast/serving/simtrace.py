@@ -1,9 +1,9 @@
 """A simulation's timeline for Perfetto / chrome://tracing (the JSON trace event format:
 "Trace Event Format", Google, 2016 — complete events ``ph: X`` and counters ``ph: C``, times in µs).
 
-One process per engine instance; a thread per request holding its phases (queued, prefill,
-decode; disaggregated, also transfer queued and transfer on the decode instance) as spans;
-counters of the step's batch size and the KV tokens in use. :class:`SimTraces` joins the
+One process per engine instance, named and in order; a thread per request, named, holding its
+phases (queued, prefill, decode; disaggregated, also transfer queued and transfer on the decode
+instance) as spans; counters of the step's batch size and the KV tokens in use. :class:`SimTraces` joins the
 instances of a disaggregated deployment ("prefill 0", "decode 1", …) into one timeline."""
 
 from __future__ import annotations
@@ -37,9 +37,14 @@ class SimTrace:
         self.counters.append((float(t), int(batch), int(kv_tokens), int(prefills),
                               float(t if start is None else start)))
 
-    def events(self) -> list[dict]:
-        pid = self.instance
-        out = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": self.name or f"engine {pid}"}}]
+    def events(self, pid: int | None = None) -> list[dict]:
+        """The instance's events as process ``pid`` (default: its ``instance``): its name and place
+        among the processes, a named thread per request, the spans and the counters."""
+        pid = self.instance if pid is None else pid
+        out = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": self.name or f"engine {pid}"}},
+               {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}]
+        out += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": i + 1, "args": {"name": f"request {i}"}}
+                for i in sorted({span[0] for span in self.spans})]
         for i, phase, a, b in self.spans:
             out.append({"name": phase, "cat": "request", "ph": "X", "pid": pid, "tid": i + 1,
                         "ts": a * US, "dur": (b - a) * US, "args": {"request": i}})
@@ -63,7 +68,8 @@ class SimTraces:
         return next(t for t in self.traces if t.name == name)
 
     def events(self) -> list[dict]:
-        return [e for t in self.traces for e in t.events()]
+        """Each instance a process of its own, numbered in order (prefill pool, then decode pool)."""
+        return [e for pid, t in enumerate(self.traces) for e in t.events(pid)]
 
     def to_chrome(self, path: str | Path) -> Path:
         return _write(self.events(), path)
