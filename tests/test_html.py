@@ -208,14 +208,15 @@ def test_a_place_that_cannot_be_written_is_one_line_and_exit_2(command, tmp_path
 # --- in a browser ---------------------------------------------------------------------------------------
 
 def _install_chromium() -> str | None:
-    """Debian's chromium: already installed, else installed with apt-get when this runs as root."""
+    """Debian's chromium: already installed, else installed with apt-get when this runs as root
+    (at most 2 + 5 minutes, so a slow mirror costs the suite a skip, not its time budget)."""
     found = shutil.which("chromium")
     if found or os.geteuid() != 0 or not shutil.which("apt-get"):
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=600)
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=120)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return shutil.which("chromium")
