@@ -32,8 +32,8 @@ def _terminal_console() -> tuple[Console, io.StringIO]:
     return Console(file=out, force_terminal=True, width=100), out
 
 
-def _run(argv: list[str], stderr: io.StringIO) -> tuple[int, str, str]:
-    out = io.StringIO()
+def _run(argv: list[str], stderr: io.StringIO, out: io.StringIO | None = None) -> tuple[int, str, str]:
+    out = out if out is not None else Terminal()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(stderr):
         rc = main(argv)
     return rc, out.getvalue(), stderr.getvalue()
@@ -77,8 +77,12 @@ def test_log_lines_stand_above_the_bar_or_alone_on_a_pipe(no_delay, capsys):
 
 def test_where_a_bar_may_be_drawn(monkeypatch):
     monkeypatch.setattr("sys.stderr", Terminal())
+    monkeypatch.setattr("sys.stdout", Terminal())
     assert shown(SimpleNamespace(json=False)) and shown(SimpleNamespace())
     assert not shown(SimpleNamespace(json=True))
+    monkeypatch.setattr("sys.stdout", io.StringIO())   # output piped: no bar
+    assert not shown(SimpleNamespace(json=False))
+    monkeypatch.setattr("sys.stdout", Terminal())
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert not shown(SimpleNamespace(json=False))
 
@@ -97,6 +101,8 @@ def test_the_command_draws_its_bar_on_a_terminal_only_and_never_under_json(no_de
     assert rc == 0 and "capturing and pricing llama-3.1-8b" in err and "tokens/s" in out
     assert "capturing" not in out
     rc, out, err = _run(STEP, io.StringIO())  # a pipe or a file
+    assert rc == 0 and err == ""
+    rc, out, err = _run(STEP, Terminal(), io.StringIO())  # the output piped, stderr still a terminal
     assert rc == 0 and err == ""
     rc, out, err = _run(STEP + ["--json"], Terminal())
     assert rc == 0 and err == "" and json.loads(out)["model"] == "llama-3.1-8b"

@@ -77,8 +77,9 @@ class Bar:
 
 
 def shown(args) -> bool:
-    """Whether a bar may be drawn: stderr is a terminal and ``--json`` was not given."""
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    """Whether a bar may be drawn: stdout and stderr are both a terminal (output piped or written
+    to a file is a scripted run: no bar) and ``--json`` was not given."""
+    return not getattr(args, "json", False) and sys.stdout.isatty() and sys.stderr.isatty()
 
 
 @contextlib.contextmanager
