@@ -317,7 +317,7 @@ def test_an_entry_for_another_key_is_not_used(entry, monkeypatch):
                                           "an entry for another key")
     # another perfcast version asks for another file, and captures anew
     m = _model("llama-3.1-8b")
-    monkeypatch.setattr(cache, "_versions", lambda: {**key["versions"], "perfcast": "9.9"})
+    monkeypatch.setattr(cache, "versions", lambda: {**key["versions"], "perfcast": "9.9"})
     assert cache.entry_path(m, cache.entry_key(m, "bf16", True, True, True)) != path
     path.write_bytes(data)
     assert cache.symbolic_capture(m, dtype="bf16", decode=True, context=True) == (cap, False)

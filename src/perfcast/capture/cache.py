@@ -71,7 +71,9 @@ def _source_digest() -> str:
 
 
 @functools.cache
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
+    """The versions of the packages a capture depends on (a cache key's ``versions``)."""
+
     def version(package: str) -> str:
         try:
             return metadata.version(package)
@@ -84,7 +86,7 @@ def _versions() -> dict[str, str]:
 def entry_key(model: ModelConfig, dtype: str, decode: bool, context: bool, reroll: bool) -> dict:
     """Everything the capture depends on, as plain JSON values."""
     key = {"config": model.data, "dtype": dtype, "decode": decode, "context": context, "reroll": reroll,
-           "versions": _versions(), "code": _source_digest(), "format": FORMAT}
+           "versions": versions(), "code": _source_digest(), "format": FORMAT}
     # as read back (tuples become lists); a value JSON lacks (a YAML date) by its text
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 

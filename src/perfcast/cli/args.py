@@ -79,11 +79,11 @@ def refuse(args, *rules: tuple[str, bool, str]) -> None:
             raise UserError(f"{flag}: {why}")
 
 
-def written(flag: str, path: str, write, *args) -> None:
-    """``write(*args)``, a file the user named with ``flag``: a file that cannot be written is a
-    one-line error naming the flag and the path."""
+def written(flag: str, path: str, write, *args):
+    """``write(*args)`` (its result), a file the user named with ``flag``: a file that cannot be
+    written is a one-line error naming the flag and the path."""
     try:
-        write(*args)
+        return write(*args)
     except OSError as e:
         raise UserError(f"{flag} {path}: cannot write ({e.strerror})") from None
 
@@ -263,10 +263,7 @@ def report_files(args, doc: dict, make, *objs) -> list[str]:
     figures = make(*objs)
     paths = []
     if args.plot:
-        try:
-            paths, _ = plots.write(figures, args.plot)
-        except OSError as e:
-            raise UserError(f"--plot {args.plot}: cannot write ({e.strerror})") from None
+        paths, _ = written("--plot", args.plot, plots.write, figures, args.plot)
     flag = "--plot" if args.plot else "--html"
     for s in (f for f in figures.values() if isinstance(f, plots.Skipped)):
         sys.stderr.write(f"perfcast {args.command}: note: {flag}: no {s.name} figure: {s.why}\n")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from perfcast.hardware.device import Device
-from perfcast.perf.kernel_classes import CLASSES, KernelClass
+from perfcast.perf.kernel_classes import CELL_LOG2, CLASSES, KernelClass
 from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 #: database kernel type → kernel class
@@ -34,7 +34,6 @@ TABLE_CLASSES = {"MatMul": "gemm", "ContextAttention": "attention.context",
 VECTOR_BYTES = {"ScaleMatrix": 3}
 FOLDS = 5
 MIN_ROWS = 40  # fewer measured shapes than this: no fit (too few to hold anything out)
-CELL_LOG2 = 2.0  # residual cells span a factor of 4 on each axis
 MIN_CELL = 3
 
 

@@ -50,6 +50,10 @@ def _max(a, b):
     return sympy.Max(a, b) if _symbolic(a, b) else np.maximum(a, b)
 
 
+#: residual cells span a factor of 4 on each axis unless a class says otherwise
+CELL_LOG2 = 2.0
+
+
 @dataclass(frozen=True)
 class KernelClass:
     """``variant(shape)`` names the fit within the class (the dtype, e.g. ``bf16``);
@@ -66,7 +70,7 @@ class KernelClass:
     min_cell: int = 3  # rows a residual cell needs for its median (sparse sweeps need fewer)
     #: each residual axis's cell width (octaves) and where its first cell starts below the
     #: smallest measured value (octaves): a factor of 4 from that value by default
-    cells: tuple[tuple[float, float], tuple[float, float]] = ((2.0, 0.0), (2.0, 0.0))
+    cells: tuple[tuple[float, float], tuple[float, float]] = ((CELL_LOG2, 0.0), (CELL_LOG2, 0.0))
 
     def bandwidth_of(self, device) -> float | None:
         """HBM bandwidth, or for a collective class one device's links summed (per direction, the

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfcast.capture.cache import Unreadable, _versions, read_entry, write_entry
+from perfcast.capture.cache import Unreadable, read_entry, versions, write_entry
 
 FORMAT = 1  # bump when an entry's fields or their meaning change
 MAGIC = "perfcast step cache"
@@ -83,7 +83,7 @@ def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
     """Everything a ``kind`` entry of ``deployment`` (its step request ``proto``) depends on."""
     key = {"kind": kind, "deployment": dataclasses.asdict(deployment), "max_tokens": int(max_tokens),
            "config": proto.model.data, "device": repr(proto.device), "profile": repr(proto.profile()),
-           "mesh": repr(proto.mesh()), "versions": {**_versions(), "numpy": np.__version__},
+           "mesh": repr(proto.mesh()), "versions": {**versions(), "numpy": np.__version__},
            "package": package_digest(), "format": FORMAT}
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
