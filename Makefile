@@ -20,8 +20,9 @@ picture: $(STAMP)
 	$(VENV)/bin/perfcast optimize qwen3-32b --devices h200-sxm --total-devices 8 --isl 4000 --osl 500 \
 	    --ttft 2 --tpot 0.03 --serving-mode both --plot docs/images/quickstart
 
+# two workers (CI's two cores), each test file on one worker: a file's module fixtures are built once
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/kernel_accuracy.py

@@ -32,4 +32,8 @@ def cli():
 def pytest_configure(config):
     # The capture cache of the test run lives in a fresh folder (subprocesses inherit it): tests
     # neither depend on nor pollute the user's ~/.cache/perfcast.
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="perfcast-test-cache-")
+    # Under pytest-xdist the workers share the controller's folder (they inherit its environment):
+    # one capture serves them all; entries are written atomically, so two writers cannot tear one.
+    if "PERFCAST_TEST_CACHE" not in os.environ:
+        os.environ["PERFCAST_TEST_CACHE"] = tempfile.mkdtemp(prefix="perfcast-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = os.environ["PERFCAST_TEST_CACHE"]

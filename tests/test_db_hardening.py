@@ -6,6 +6,7 @@ then every problem — never a traceback, a file read outside the database, or a
 import gzip
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -237,8 +238,8 @@ def test_each_table_problem_is_one_line_naming_line_and_column(db, text, message
 @pytest.mark.parametrize("data, message", [
     (b"M,K,N,dtype,latency_us\n1024,4096,4096,bf16\x00,50\n", "line 2: a binary file (NUL byte at offset 42)"),
     (b"M,K,N,dtype,latency_us\n1024,4096,4096,bf\xff16,50\n", "line 2: not UTF-8 text (byte 0xff at offset 40)"),
-    (os.urandom(64).replace(b"\x00", b"\x01") + b"\x00", "a binary file"),
-])
+    (random.Random(0).randbytes(64).replace(b"\x00", b"\x01") + b"\x00", "a binary file"),
+], ids=["nul", "not-utf8", "random-bytes"])
 def test_binary_and_non_utf8_tables(db, data, message):
     (db / "MatMul.csv").write_bytes(data)
     assert message in one_error(*mm(db))
