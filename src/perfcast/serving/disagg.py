@@ -151,6 +151,11 @@ class _Loop:
         self.seq = 0
         self.rr = [0, 0]
         self.nxt = self.done = self.queue_at_last = 0
+        # a decode instance may run on through its completions when they change nothing elsewhere
+        # meanwhile: no client sends on them (open loop) and no router reads the instance's load
+        self.through_finishes = not w.closed_loop and (router == "round_robin" or decode.instances == 1)
+        self._tx: dict[int, float] = {}                  # transfer seconds by prompt length
+        self.tmin = max(0.0, min(self._transfer(v) for v in set(self.isl)))   # the shortest transfer any request can have
         self.where = np.zeros((n, 2), np.int64)         # prefill and decode instance of each request
         self.xfer = np.full((n, 2), np.nan)             # transfer start and arrival
 
@@ -200,6 +205,29 @@ class _Loop:
         if self.done < n:
             raise RuntimeError(f"disaggregated simulation stalled with {n - self.done} requests unfinished")
 
+    def _horizon(self, y: _Instance) -> float:
+        """The earliest time a request can join decode instance ``y``'s queue: a transfer into
+        ``y`` already under way, or one a pending event can still cause — a prefill step (running or
+        to come, after an arrival or a closed-loop client's next send) ends no earlier than its
+        event, and its transfer starts no earlier than ``y``'s link is free and lasts at least the
+        shortest prompt's. A transfer into another instance never reaches ``y``; in an open loop,
+        neither does another decode instance's step (its completions send nothing)."""
+        h, free, tmin = math.inf, y.link_free, self.tmin
+        closed = self.w.closed_loop
+        for te, kind, _, a, b in self.heap:
+            if kind == _KV:
+                if b is y and te < h:
+                    h = te
+            elif kind == _ARRIVE or closed or not a.decode:
+                h = min(h, max(te, free) + tmin)
+        return h
+
+    def _transfer(self, isl: int) -> float:
+        s = self._tx.get(isl)
+        if s is None:
+            s = self._tx[isl] = float(self.transfer_s(isl))
+        return s
+
     def _pick(self, pool: list[_Instance], side: int) -> _Instance:
         if self.router == "least_loaded":
             return min(pool, key=_Instance.load)
@@ -225,8 +253,7 @@ class _Loop:
             return
         run.trace, run.handed = x.trace, x.handed
         if x.decode and self.spec is None and not eng.waiting and eng.chunked is None:
-            # nothing reaches this instance's queue before the earliest pending event
-            t2 = _fast_forward(eng, run, x.price, t, self.heap[0][0] if self.heap else math.inf)
+            t2 = _fast_forward(eng, run, x.price, t, self._horizon(x), finishes=self.through_finishes)
             if t2 is not None:
                 self._push(t2, _END, x)
                 return
@@ -241,8 +268,8 @@ class _Loop:
         fin = x.handed[:]
         x.handed.clear()
         for i in fin:
-            if x.decode:
-                self._complete(i, t)
+            if x.decode:   # (a fast-forward's completions ended before its last step)
+                self._complete(i, float(x.run.finish[i]))
             else:
                 self._handoff(i, t)
         self._push(t, _READY, x)
@@ -261,7 +288,7 @@ class _Loop:
         y = self._pick(self.dec, 1)
         self.where[i, 1] = self.dec.index(y)
         start = max(t, y.link_free)
-        y.link_free = start + float(self.transfer_s(self.isl[i]))
+        y.link_free = start + self._transfer(self.isl[i])
         y.inbound += 1
         self.xfer[i] = (start, y.link_free)
         self._push(y.link_free, _KV, i, y)

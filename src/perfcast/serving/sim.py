@@ -150,7 +150,7 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
                 continue
         horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
         if spec is None and not eng.waiting and eng.chunked is None:
-            t2 = _fast_forward(eng, run, price, t, horizon)
+            t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed)
             if t2 is not None:
                 t = t2
                 continue
@@ -272,63 +272,134 @@ def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
         run.handed.extend(finished)
 
 
-def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float) -> float | None:
-    """Advance a run of pure-decode steps in which no request finishes and nothing arrives;
-    None if there is no such run of at least two steps."""
+def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float,
+                  finishes: bool = False) -> float | None:
+    """Advance a run of pure-decode steps, every running request decoding one token each, while
+    nothing can join the batch (no request waiting, none before ``horizon``) and the KV blocks
+    at hand suffice; None if there is no such run of at least two steps. With ``finishes`` the
+    run goes on through completions (the batch shrinking), which the caller allows when a
+    completion changes nothing outside the engine (an open loop: no client sends on it);
+    otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
+    both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
+    ``new_token_ratio`` per decode step."""
     r = eng.running
     if not r or eng.chunked is not None:
         return None
-    gen, comp, osl = eng.gen, eng.comp, eng.osl
-    if any(not eng.decoding(i) for i in r) or any(run.first[i] != run.first[i] for i in r):
-        return None  # (a NaN first token: a disaggregated request's first decode step comes first)
+    gen, comp, osl, isl, first = eng.gen, eng.comp, eng.osl, eng.isl, run.first
+    for i in r:   # every request decoding, its first token out (NaN: a disaggregated request's first decode step comes first)
+        if gen[i] == 0 or isl[i] + gen[i] - comp[i] != 1 or first[i] != first[i]:
+            return None
     b = len(r)
     if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
         return None
-    m = min(osl[i] - gen[i] for i in r) - 1
+    rem = np.fromiter((osl[i] - gen[i] for i in r), np.int64, b)    # tokens each has still to emit (≥ 1)
+    m = int(rem.max()) if finishes else int(rem.min()) - 1
     if m < 2:
         return None
     c = np.fromiter((comp[i] for i in r), np.int64, b)
     held = np.fromiter((eng.held(i) for i in r), np.int64, b)
-    m = _steps_that_fit(c, held, eng.bs, eng.pool.available, m)
+    m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
     if m < 2:
         return None
-    ctx = int(c.sum())
-    durs = []
-    t0 = t
-    for _ in range(m):
-        d = price.decode(b, ctx)
+    # the run, step by step: a step's price by (batch, context); requests leave after their last step
+    order = np.argsort(rem, kind="stable")
+    ends = rem[order]                      # each request's last step, ascending
+    ctx_end = (c + rem)[order]             # its context when it leaves
+    k, bb, ctx, t0 = 0, b, int(c.sum()), t
+    times, batches = [], []
+    while len(times) < m:
+        d = price.decode(bb, ctx)
         t += d
-        durs.append(d)
-        ctx += b
-        if t >= horizon:
+        times.append(t)
+        batches.append(bb)
+        ctx += bb
+        step = len(times)
+        while k < b and ends[k] == step:
+            ctx -= int(ctx_end[k])
+            bb -= 1
+            k += 1
+        if bb == 0 or t >= horizon:
             break
-    m = len(durs)
-    counted = [i for i in r if run.counted[i]]
-    first_gap = t0 + durs[0]
-    run.itl_v.extend(first_gap - run.last[i] for i in counted)
-    run.itl_w.extend([1] * len(counted))
-    if m > 1 and counted:
-        run.itl_v.extend(durs[1:])
-        run.itl_w.extend([len(counted)] * (m - 1))
+    m = len(times)
+    done = int(np.searchsorted(ends, m, side="right"))   # requests that left within the run
+    _decay_new_token_ratio(eng, m)
+    # clocks and gaps: every request's first gap from its last token; then one gap per later step
+    # for each counted request still in the batch
+    counted = run.counted
+    first_gap = times[0]
+    itl_v, itl_w = run.itl_v, run.itl_w
     for i in r:
+        if counted[i]:
+            itl_v.append(first_gap - run.last[i])
+            itl_w.append(1)
+    if m > 1:
+        cnt_rem = np.sort(rem[np.fromiter((counted[i] for i in r), bool, b)])
+        alive = len(cnt_rem) - np.searchsorted(cnt_rem, np.arange(2, m + 1), side="left")   # counted in steps 2..m
+        for s in range(1, m):
+            w = int(alive[s - 1])
+            if w:
+                itl_v.append(times[s] - times[s - 1])
+                itl_w.append(w)
+    # blocks: each segment's growth (steps between departures) taken at its end — growth within a
+    # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
+    # freed after their last step
+    idx = list(r)                          # (the running list shrinks as requests leave)
+    steps_of = np.minimum(rem, m)
+    bs, pool, tr = eng.bs, eng.pool, run.trace
+    prev = held
+    first_step = 1
+    for seg_end in sorted({int(x) for x in ends[:done]} | {m}):
+        now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
+        if not pool.alloc(int((now - prev).sum())):
+            raise RuntimeError("fast-forward: the KV blocks counted on were not there")
+        prev = now
+        if tr is not None:
+            start = times[first_step - 2] if first_step > 1 else t0
+            tr.counter(times[first_step - 1], batches[first_step - 1], pool.used * bs, 0, start)
+            if seg_end > first_step:
+                tr.counter(times[seg_end - 1], batches[first_step - 1], pool.used * bs, 0, times[first_step - 1])
+        first_step = seg_end + 1
+        leaving = np.flatnonzero(rem == seg_end)
+        if not leaving.size:
+            continue
+        t_end = times[seg_end - 1]
+        for j in leaving:
+            i = idx[j]
+            comp[i] += seg_end
+            gen[i] += seg_end
+            run.last[i] = t_end
+            eng.own[i] += int(now[j] - held[j])
+        _finish(eng, run, [idx[j] for j in leaving], t_end)
+    for j in np.flatnonzero(rem > m):
+        i = idx[j]
         comp[i] += m
         gen[i] += m
         run.last[i] = t
-        eng.grow(i, comp[i])
+        eng.own[i] += int(prev[j] - held[j])
+    slots = int(steps_of.sum())
     run.steps += m
-    run.seq_steps += b * m
-    run.decode_emits += b * m
-    run.decode_slots += b * m
-    if run.trace is not None:
-        run.trace.counter(t0 + durs[0], b, eng.pool.used * eng.bs, 0, t0)
-        run.trace.counter(t, b, eng.pool.used * eng.bs, 0, t0 + durs[0])
+    run.seq_steps += slots
+    run.decode_emits += slots
+    run.decode_slots += slots
     return t
 
 
-def _steps_that_fit(c: np.ndarray, held: np.ndarray, bs: int, available: int, m: int) -> int:
-    """The most decode steps (≤ m) whose new blocks the pool can give."""
+def _decay_new_token_ratio(eng: Engine, steps: int) -> None:
+    """SGLang lowers its ``new_token_ratio`` by one decrement per decode step, to its floor
+    (``_sglang_decode``); the same ``steps`` times, in the same arithmetic."""
+    ratio = eng.cfg.new_token_ratio
+    if eng.cfg.policy != "sglang" or not ratio:
+        return
+    init, factor, n = ratio
+    for _ in range(steps):
+        eng.ratio = max(init * factor, eng.ratio - (init - init * factor) / n)
+
+
+def _steps_that_fit(c: np.ndarray, held: np.ndarray, rem: np.ndarray, bs: int, available: int, m: int) -> int:
+    """The most decode steps (≤ m) whose new blocks the pool can give (a request grows until its
+    last step; the blocks leavers free on the way are not counted on)."""
     def need(steps: int) -> int:
-        return int(np.maximum(0, -(-(c + steps) // bs) - held).sum())
+        return int(np.maximum(0, -(-(c + np.minimum(rem, steps)) // bs) - held).sum())
 
     if need(m) <= available:
         return m

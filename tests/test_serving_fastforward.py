@@ -1,0 +1,87 @@
+"""The event simulation's fast-forward (runs of pure-decode steps advanced without the scheduler,
+through completions in an open loop) is an optimisation only: every figure equals the one of the
+same run stepped through the scheduler one step at a time — aggregated and disaggregated, all
+three engines, open and closed loops, tight KV caches, both routers, speculative decoding."""
+
+import dataclasses
+import math
+import random
+
+import pytest
+
+from perfcast.serving import disagg, sim
+from perfcast.serving.disagg import PoolSpec, simulate_disagg
+from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.sim import Speculative, simulate
+from perfcast.serving.types import AffineStep
+from perfcast.serving.workload import Lengths, Trace, Workload
+
+
+def _cases(n: int, seed: int = 7) -> list[dict]:
+    rnd = random.Random(seed)
+    out = []
+    for k in range(n):
+        isl = rnd.choice([Lengths("fixed", rnd.choice([50, 300, 1000])), Lengths("uniform", 20, 800)])
+        osl = rnd.choice([Lengths("fixed", rnd.choice([2, 10, 60, 200])), Lengths("uniform", 2, 150)])
+        load = ({"rate": rnd.choice([5.0, 30.0, 200.0]), "cv": rnd.choice([1.0, 2.0])} if rnd.random() < 0.6
+                else {"concurrency": rnd.choice([1, 4, 32])})
+        out.append(dict(engine=rnd.choice(["vllm", "sglang", "trtllm"]),
+                        workload=Workload(isl, osl, num_requests=rnd.choice([40, 120]), seed=k, **load),
+                        max_batch_size=rnd.choice([None, 4, 16, 64]), kv=rnd.choice([3000, 20000, 500000]),
+                        step=AffineStep(rnd.choice([0.002, 0.01]), rnd.choice([1e-5, 1e-4]), rnd.choice([0.0, 1e-8])),
+                        prefill=rnd.choice([1, 2, 3]), decode=rnd.choice([1, 2, 3]), transfer=rnd.choice([0.0, 0.001, 0.02]),
+                        router=rnd.choice(["round_robin", "least_loaded"]), first=rnd.choice(["decode", "prefill"]),
+                        spec=rnd.random() < 0.1))
+    return out
+
+
+def _run(c: dict, mode: str) -> dict:
+    s = scheduler_config(c["engine"], max_batch_size=c["max_batch_size"], max_num_tokens=2048, chunked_prefill=True)
+    spec = Speculative(2, (0.8, 0.5), None, 0.1) if c["spec"] else None
+    if mode == "agg":
+        r, _ = simulate(c["step"], s.kv_cache(c["kv"]), s, c["workload"], speculative=spec)
+    else:
+        r, _ = simulate_disagg(PoolSpec(c["step"], s.kv_cache(c["kv"]), s, c["prefill"]),
+                               PoolSpec(c["step"], s.kv_cache(c["kv"]), s, c["decode"]), c["workload"],
+                               transfer_s=lambda n, t=c["transfer"]: t * (1 + n / 1000), router=c["router"],
+                               first_token=c["first"], speculative=spec)
+    d = dataclasses.asdict(r)
+    d.pop("steps")   # a fast-forward counts the steps it advances too; kept apart: the step count of
+    return d         # the mean batch is compared through mean_batch
+
+
+def _same(a, b, path=""):
+    if isinstance(a, dict):
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)) and not (a and isinstance(a[0], str)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(abs(a), abs(b)), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_the_fast_forward_changes_no_figure(mode, monkeypatch):
+    cases = _cases(60)
+    fast = [_run(c, mode) for c in cases]
+    monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: None)
+    monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
+    for c, f in zip(cases, fast):
+        _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
+
+
+def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypatch):
+    # requests 100 s apart, each decoding for about 2 s alone: after its prefill step the
+    # fast-forward takes its whole decode, through its completion, in one call
+    s = scheduler_config("vllm", max_num_tokens=2048)
+    w = Workload(trace=Trace(tuple(100.0 * k for k in range(5)), (100,) * 5, (200,) * 5), num_requests=5, warmup=0)
+    calls = []
+    real = sim._fast_forward
+    monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
+    r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
+    assert all(k == {"finishes": True} for k in calls)
+    assert r.steps == 5 * 200 and len(calls) == 5
