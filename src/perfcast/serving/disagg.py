@@ -39,7 +39,7 @@ import numpy as np
 from perfcast.ir.errors import UserError
 
 from .kvcache import BlockPool
-from .policies import SCHEDULERS, Engine
+from .policies import SCHEDULERS, Engine, admit_trtllm
 
 #: Where the client's first token comes from: ``decode`` — the decode instance streams it with its
 #: first decode step's token (TensorRT-LLM's disaggregated server sends the context request with
@@ -252,8 +252,17 @@ class _Loop:
             x.busy = False
             return
         run.trace, run.handed = x.trace, x.handed
-        if x.decode and self.spec is None and not eng.waiting and eng.chunked is None:
-            t2 = _fast_forward(eng, run, x.price, t, self._horizon(x), finishes=self.through_finishes)
+        if x.decode and self.spec is None and eng.chunked is None:
+            t2 = None
+            if not eng.waiting:
+                t2 = _fast_forward(eng, run, x.price, t, self._horizon(x), finishes=self.through_finishes)
+            elif eng.cfg.policy == "trtllm":
+                # TRT-LLM admits before it plans, and a decode instance's requests all decode:
+                # after admission the step is a pure decode step, the first of a run that stops
+                # before a completion frees a slot while requests still wait
+                admit_trtllm(eng)
+                t2 = _fast_forward(eng, run, x.price, t, self._horizon(x),
+                                   finishes=self.through_finishes and not eng.waiting, min_steps=1)
             if t2 is not None:
                 self._push(t2, _END, x)
                 return

@@ -312,13 +312,20 @@ def _sglang_decode(e: Engine) -> Planned:
     return [(i, e.decode_tokens(i), True) for i in decs]
 
 
-def schedule_trtllm(e: Engine) -> Planned:
-    run, cap, cfg = e.running, e.max_seqs(), e.cfg
+def admit_trtllm(e: Engine) -> None:
+    """The GUARANTEED_NO_EVICT capacity scheduler: waiting requests FCFS while a slot is free and
+    blocks for the whole sequence can be reserved (the first half of :func:`schedule_trtllm`)."""
+    run, cap = e.running, e.max_seqs()
     while e.waiting and len(run) < cap:
         i = e.waiting[0]
         e.start_prefix(i)
         if not e.admit(i, e.isl[i] + e.osl[i] - 1 + e.k):   # the whole sequence, reserved now
             break
+
+
+def schedule_trtllm(e: Engine) -> Planned:
+    admit_trtllm(e)
+    run, cfg = e.running, e.cfg
     budget, out = cfg.max_num_tokens, []
     for i in run:
         if e.decoding(i):

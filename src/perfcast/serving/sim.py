@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -273,10 +274,12 @@ def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
 
 
 def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float,
-                  finishes: bool = False) -> float | None:
+                  finishes: bool = False, min_steps: int = 2) -> float | None:
     """Advance a run of pure-decode steps, every running request decoding one token each, while
     nothing can join the batch (no request waiting, none before ``horizon``) and the KV blocks
-    at hand suffice; None if there is no such run of at least two steps. With ``finishes`` the
+    at hand suffice; None if there is no such run of at least ``min_steps`` steps. A request
+    admitted to a disaggregated decode instance but not yet stepped (its first token, in the
+    default clock, comes with its first decode step) joins the run's first step. With ``finishes`` the
     run goes on through completions (the batch shrinking), which the caller allows when a
     completion changes nothing outside the engine (an open loop: no client sends on it);
     otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
@@ -285,21 +288,24 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     r = eng.running
     if not r or eng.chunked is not None:
         return None
-    gen, comp, osl, isl, first = eng.gen, eng.comp, eng.osl, eng.isl, run.first
-    for i in r:   # every request decoding, its first token out (NaN: a disaggregated request's first decode step comes first)
-        if gen[i] == 0 or isl[i] + gen[i] - comp[i] != 1 or first[i] != first[i]:
-            return None
     b = len(r)
     if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
         return None
-    rem = np.fromiter((osl[i] - gen[i] for i in r), np.int64, b)    # tokens each has still to emit (≥ 1)
+    idx = list(r)                          # (the running list shrinks as requests leave)
+    at = _getter(idx)
+    g = np.array(at(eng.gen), np.int64)
+    c = np.array(at(eng.comp), np.int64)
+    if not (g > 0).all() or not (np.array(at(eng.isl), np.int64) + g - c == 1).all():
+        return None   # not every request decoding
+    rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
     m = int(rem.max()) if finishes else int(rem.min()) - 1
-    if m < 2:
+    if m < min_steps:
         return None
-    c = np.fromiter((comp[i] for i in r), np.int64, b)
-    held = np.fromiter((eng.held(i) for i in r), np.int64, b)
+    held = np.array(at(eng.own), np.int64)
+    if eng.hashes is not None:
+        held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
     m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
-    if m < 2:
+    if m < min_steps:
         return None
     # the run, step by step: a step's price by (batch, context); requests leave after their last step
     order = np.argsort(rem, kind="stable")
@@ -325,15 +331,20 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     _decay_new_token_ratio(eng, m)
     # clocks and gaps: every request's first gap from its last token; then one gap per later step
     # for each counted request still in the batch
-    counted = run.counted
+    counted = np.array(at(run.counted), bool)
     first_gap = times[0]
+    where = np.array(idx)
+    # a request's first step on a disaggregated decode instance: scheduled now; and, when the
+    # client's first token comes from the decode instance, that token (no gap)
+    run.first_sched[where[np.isnan(run.first_sched[where])]] = t0
+    fresh = np.isnan(run.first[where])
+    run.first[where[fresh]] = first_gap
     itl_v, itl_w = run.itl_v, run.itl_w
-    for i in r:
-        if counted[i]:
-            itl_v.append(first_gap - run.last[i])
-            itl_w.append(1)
+    gaps = [first_gap - x for x, k in zip(at(run.last), (counted & ~fresh).tolist()) if k]
+    itl_v.extend(gaps)
+    itl_w.extend([1] * len(gaps))
     if m > 1:
-        cnt_rem = np.sort(rem[np.fromiter((counted[i] for i in r), bool, b)])
+        cnt_rem = np.sort(rem[counted])
         alive = len(cnt_rem) - np.searchsorted(cnt_rem, np.arange(2, m + 1), side="left")   # counted in steps 2..m
         for s in range(1, m):
             w = int(alive[s - 1])
@@ -343,8 +354,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     # blocks: each segment's growth (steps between departures) taken at its end — growth within a
     # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
     # freed after their last step
-    idx = list(r)                          # (the running list shrinks as requests leave)
     steps_of = np.minimum(rem, m)
+    comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
     bs, pool, tr = eng.bs, eng.pool, run.trace
     prev = held
     first_step = 1
@@ -363,25 +374,32 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
         if not leaving.size:
             continue
         t_end = times[seg_end - 1]
-        for j in leaving:
-            i = idx[j]
-            comp[i] += seg_end
-            gen[i] += seg_end
-            run.last[i] = t_end
-            eng.own[i] += int(now[j] - held[j])
-        _finish(eng, run, [idx[j] for j in leaving], t_end)
-    for j in np.flatnonzero(rem > m):
-        i = idx[j]
-        comp[i] += m
-        gen[i] += m
-        run.last[i] = t
-        eng.own[i] += int(prev[j] - held[j])
+        gone = [idx[j] for j in leaving.tolist()]
+        for i, cv, gv, ov in zip(gone, (c + seg_end)[leaving].tolist(), (g + seg_end)[leaving].tolist(),
+                                 (now - held)[leaving].tolist()):
+            comp[i], gen[i], last[i] = cv, gv, t_end
+            own[i] += ov
+        _finish(eng, run, gone, t_end)
+    stay = np.flatnonzero(rem > m)
+    for i, cv, gv, ov in zip([idx[j] for j in stay.tolist()], (c + m)[stay].tolist(), (g + m)[stay].tolist(),
+                             (prev - held)[stay].tolist()):
+        comp[i], gen[i], last[i] = cv, gv, t
+        own[i] += ov
     slots = int(steps_of.sum())
     run.steps += m
     run.seq_steps += slots
     run.decode_emits += slots
     run.decode_slots += slots
     return t
+
+
+def _getter(idx: list[int]):
+    """``at(seq)``: the items of ``seq`` at ``idx``, as a tuple (``operator.itemgetter``, which
+    returns a bare item for one index)."""
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda seq: (seq[i],)
+    return itemgetter(*idx)
 
 
 def _decay_new_token_ratio(eng: Engine, steps: int) -> None:
