@@ -10,6 +10,7 @@ import pytest
 import sympy
 
 from perfcast.capture.cache import write_entry
+from perfcast.ir.errors import UserError
 from perfcast.serving import memory as memory_mod
 from perfcast.serving import step_cache
 from perfcast.serving.memory import memory_of
@@ -165,3 +166,13 @@ def test_ops_without_a_cost_rule_are_named_in_the_serving_notes(cached, monkeypa
     rep = serve(ServeSpec(DEP, Workload(Lengths("fixed", 128), Lengths("fixed", 16), num_requests=8, concurrency=4),
                           tier="closed-form"))
     assert "step: 2 op call(s) with no cost rule, priced at ZERO: aten.mystery (4x8) ×2" in rep.notes
+
+
+def test_a_decode_only_price_without_a_mix_is_the_mix_price(cached):
+    # StepModel.decode_s is what the simulation's fast-forward calls per step
+    fresh, _ = cached
+    rng = random.Random(3)
+    pts = [(d, d * rng.randint(1, 9000)) for d in (rng.randint(1, MAX) for _ in range(300))] + [(0, 0), (1, 1)]
+    assert [fresh.decode_s(d, c) for d, c in pts] == [fresh.step_s(Mix(d, c)) for d, c in pts]
+    with pytest.raises(UserError, match="exceeds"):
+        fresh.decode_s(MAX + 1, 10)

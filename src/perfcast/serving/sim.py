@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections import deque
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -176,6 +178,7 @@ class _Pricer:
     def __init__(self, step: StepCost, spec: Speculative | None):
         self.step, self.spec = step, spec
         self.memo: dict = {}
+        self._decode_s = getattr(step, "decode_s", None)   # a decode-only price without a Mix, where the step has one
 
     def __call__(self, mix: Mix) -> float:
         s = self.memo.get(mix)
@@ -190,7 +193,7 @@ class _Pricer:
         key = (decodes, context)
         s = self.memo.get(key)
         if s is None:
-            s = self.step.step_s(Mix(decodes, context))
+            s = self._decode_s(decodes, context) if self._decode_s else self.step.step_s(Mix(decodes, context))
             if len(self.memo) > 1_000_000:
                 self.memo.clear()
             self.memo[key] = s
@@ -301,7 +304,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     m = int(rem.max()) if finishes else int(rem.min()) - 1
     if m < min_steps:
         return None
-    held = np.array(at(eng.own), np.int64)
+    own0 = np.array(at(eng.own), np.int64)
+    held = own0.copy()
     if eng.hashes is not None:
         held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
     m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
@@ -310,7 +314,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     # the run, step by step: a step's price by (batch, context); requests leave after their last step
     order = np.argsort(rem, kind="stable")
     ends = rem[order]                      # each request's last step, ascending
-    ctx_end = (c + rem)[order]             # its context when it leaves
+    ends_l, ctx_end = ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)
     k, bb, ctx, t0 = 0, b, int(c.sum()), t
     times, batches = [], []
     while len(times) < m:
@@ -320,8 +324,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
         batches.append(bb)
         ctx += bb
         step = len(times)
-        while k < b and ends[k] == step:
-            ctx -= int(ctx_end[k])
+        while k < b and ends_l[k] == step:
+            ctx -= ctx_end[k]
             bb -= 1
             k += 1
         if bb == 0 or t >= horizon:
@@ -340,7 +344,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     fresh = np.isnan(run.first[where])
     run.first[where[fresh]] = first_gap
     itl_v, itl_w = run.itl_v, run.itl_w
-    gaps = [first_gap - x for x, k in zip(at(run.last), (counted & ~fresh).tolist()) if k]
+    gaps = (first_gap - np.array(at(run.last)))[counted & ~fresh].tolist()
     itl_v.extend(gaps)
     itl_w.extend([1] * len(gaps))
     if m > 1:
@@ -374,23 +378,29 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
         if not leaving.size:
             continue
         t_end = times[seg_end - 1]
-        gone = [idx[j] for j in leaving.tolist()]
-        for i, cv, gv, ov in zip(gone, (c + seg_end)[leaving].tolist(), (g + seg_end)[leaving].tolist(),
-                                 (now - held)[leaving].tolist()):
-            comp[i], gen[i], last[i] = cv, gv, t_end
-            own[i] += ov
+        gone = where[leaving].tolist()
+        _put(comp, gone, (c + seg_end)[leaving].tolist())
+        _put(gen, gone, (g + seg_end)[leaving].tolist())
+        _put(own, gone, (own0 + now - held)[leaving].tolist())
+        _put(last, gone, repeat(t_end))
         _finish(eng, run, gone, t_end)
-    stay = np.flatnonzero(rem > m)
-    for i, cv, gv, ov in zip([idx[j] for j in stay.tolist()], (c + m)[stay].tolist(), (g + m)[stay].tolist(),
-                             (prev - held)[stay].tolist()):
-        comp[i], gen[i], last[i] = cv, gv, t
-        own[i] += ov
+    stay = rem > m
+    kept = where[stay].tolist()
+    _put(comp, kept, (c + m)[stay].tolist())
+    _put(gen, kept, (g + m)[stay].tolist())
+    _put(own, kept, (own0 + prev - held)[stay].tolist())
+    _put(last, kept, repeat(t))
     slots = int(steps_of.sum())
     run.steps += m
     run.seq_steps += slots
     run.decode_emits += slots
     run.decode_slots += slots
     return t
+
+
+def _put(seq: list, ids, values) -> None:
+    """``seq[i] = v`` for each pair (a C-level loop: ``map`` over ``list.__setitem__``)."""
+    deque(map(seq.__setitem__, ids, values), maxlen=0)
 
 
 def _getter(idx: list[int]):

@@ -274,6 +274,16 @@ class StepModel:
             t += self.attention_prefill_s(1, c.tokens, c.past, tokens)
         return t
 
+    def decode_s(self, decodes: int, context: int) -> float:
+        """``step_s(Mix(decodes, context))`` — a decode-only step — without building the mix (the
+        event simulation's fast-forward prices one per step); the same operations, the same
+        seconds."""
+        if decodes > self.max_tokens:
+            return self.step_s(Mix(decodes, context))   # (its error)
+        if decodes == 0:
+            return 0.0
+        return self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes)
+
     @cached_property
     def _arrays(self) -> tuple:
         """The dense and head tables as arrays, every lowering's part in one list, and the index
