@@ -362,12 +362,15 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
     bs, pool, tr = eng.bs, eng.pool, run.trace
     prev = held
+    grows = bool((-(-(c + steps_of) // bs) > held).any())   # (TensorRT-LLM reserved the whole sequence)
     first_step = 1
-    for seg_end in sorted({int(x) for x in ends[:done]} | {m}):
-        now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
-        if not pool.alloc(int((now - prev).sum())):
-            raise RuntimeError("fast-forward: the KV blocks counted on were not there")
-        prev = now
+    for seg_end in sorted(set(ends_l[:done]) | {m}):
+        now = prev
+        if grows:
+            now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
+            if not pool.alloc(int((now - prev).sum())):
+                raise RuntimeError("fast-forward: the KV blocks counted on were not there")
+            prev = now
         if tr is not None:
             start = times[first_step - 2] if first_step > 1 else t0
             tr.counter(times[first_step - 1], batches[first_step - 1], pool.used * bs, 0, start)
