@@ -48,7 +48,8 @@ from .policies import SCHEDULERS, Engine, admit_trtllm
 #: decode worker too); ``prefill`` — at the prefill step's end (a server that streams it at once).
 FIRST_TOKEN = ("decode", "prefill")
 from .scheduler import SchedulerConfig
-from .sim import Speculative, _execute, _fast_forward, _Pricer, _result, _Run
+from .fastforward import _fast_forward
+from .sim import Speculative, _execute, _Pricer, _result, _Run
 from .simtrace import SimTrace, SimTraces
 from .types import SLO, KVCache, ServingResult, StepCost
 from .workload import Requests, Workload, generate

@@ -275,13 +275,9 @@ class StepModel:
         return t
 
     def decode_s(self, decodes: int, context: int) -> float:
-        """``step_s(Mix(decodes, context))`` — a decode-only step — without building the mix (the
-        event simulation's fast-forward prices one per step); the same operations, the same
-        seconds."""
-        if decodes > self.max_tokens:
-            return self.step_s(Mix(decodes, context))   # (its error)
-        if decodes == 0:
-            return 0.0
+        """``step_s(Mix(decodes, context))`` without building the mix (the fast-forward's price)."""
+        if decodes == 0 or decodes > self.max_tokens:
+            return self.step_s(Mix(decodes, context))
         return self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes)
 
     @cached_property
@@ -326,11 +322,8 @@ class StepModel:
     def step_many(self, decodes, decode_context, chunk_tokens, chunk_past) -> np.ndarray:
         """Vectorised, exact (no grid): steps of ``decodes`` sequences with ``decode_context``
         cached tokens in all and at most one prefill chunk (``chunk_tokens`` 0: none) each."""
-        d = np.asarray(decodes, dtype=float)
-        ctx = np.asarray(decode_context, dtype=float)
-        s = np.asarray(chunk_tokens, dtype=float)
-        p = np.asarray(chunk_past, dtype=float)
-        d, ctx, s, p = np.broadcast_arrays(d, ctx, s, p)
+        d, ctx, s, p = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
+                                             (decodes, decode_context, chunk_tokens, chunk_past)))
         tokens = (d + s).astype(int)
         if tokens.max(initial=0) > self.max_tokens:
             raise UserError(f"a step of {tokens.max()} tokens exceeds the {self.max_tokens} compiled for")
@@ -346,8 +339,7 @@ class StepModel:
                 if decode:
                     out[m] = part.dense(dm) + part.attention(dm, cm)
                     continue
-                t = part.dense(np.ones_like(sm), dm + sm) + part.head(dm + 1)
-                t = t + part.attention(np.ones_like(sm), sm, pm_)
+                t = part.dense(one := np.ones_like(sm), dm + sm) + part.head(dm + 1) + part.attention(one, sm, pm_)
                 has = dm > 0
                 if has.any():
                     t = np.where(has, t + _decode_attention(self._decode, tokens[m], dm, cm), t)

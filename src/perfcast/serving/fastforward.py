@@ -1,0 +1,198 @@
+"""The event simulation's fast-forward: runs of pure-decode steps advanced without the scheduler
+(docs/design/serving.md, "Fast-forward"), and the completion bookkeeping both share. Equal, figure
+for figure, to stepping through the scheduler (``tests/test_serving_fastforward.py``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .policies import Engine
+
+if TYPE_CHECKING:
+    from .sim import _Pricer, _Run
+
+
+def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
+    done = set(finished)
+    eng.running[:] = [i for i in eng.running if i not in done]
+    for i in finished:
+        eng.release(i)
+        run.finish[i] = t
+        run.done += 1
+        if run.trace is not None and run.handed is None:
+            run.trace.request(i, run.send[i], run.first_sched[i], run.first[i], t)
+    if run.handed is not None:
+        run.handed.extend(finished)
+
+
+def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float,
+                  finishes: bool = False, min_steps: int = 2) -> float | None:
+    """Advance a run of pure-decode steps, every running request decoding one token each, while
+    nothing can join the batch (no request waiting, none before ``horizon``) and the KV blocks
+    at hand suffice; None if there is no such run of at least ``min_steps`` steps. A request
+    admitted to a disaggregated decode instance but not yet stepped (its first token, in the
+    default clock, comes with its first decode step) joins the run's first step. With ``finishes`` the
+    run goes on through completions (the batch shrinking), which the caller allows when a
+    completion changes nothing outside the engine (an open loop: no client sends on it);
+    otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
+    both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
+    ``new_token_ratio`` per decode step."""
+    r = eng.running
+    if not r or eng.chunked is not None:
+        return None
+    b = len(r)
+    if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
+        return None
+    idx = list(r)                          # (the running list shrinks as requests leave)
+    at = _getter(idx)
+    g = np.array(at(eng.gen), np.int64)
+    c = np.array(at(eng.comp), np.int64)
+    if not (g > 0).all() or not (np.array(at(eng.isl), np.int64) + g - c == 1).all():
+        return None   # not every request decoding
+    rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
+    m = int(rem.max()) if finishes else int(rem.min()) - 1
+    if m < min_steps:
+        return None
+    own0 = np.array(at(eng.own), np.int64)
+    held = own0.copy()
+    if eng.hashes is not None:
+        held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
+    m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
+    if m < min_steps:
+        return None
+    # the run, step by step: a step's price by (batch, context); requests leave after their last step
+    order = np.argsort(rem, kind="stable")
+    ends = rem[order]                      # each request's last step, ascending
+    ends_l, ctx_end = ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)
+    k, bb, ctx, t0 = 0, b, int(c.sum()), t
+    times, batches = [], []
+    while len(times) < m:
+        d = price.decode(bb, ctx)
+        t += d
+        times.append(t)
+        batches.append(bb)
+        ctx += bb
+        step = len(times)
+        while k < b and ends_l[k] == step:
+            ctx -= ctx_end[k]
+            bb -= 1
+            k += 1
+        if bb == 0 or t >= horizon:
+            break
+    m = len(times)
+    done = int(np.searchsorted(ends, m, side="right"))   # requests that left within the run
+    _decay_new_token_ratio(eng, m)
+    # clocks and gaps: every request's first gap from its last token; then one gap per later step
+    # for each counted request still in the batch
+    counted = np.array(at(run.counted), bool)
+    first_gap = times[0]
+    where = np.array(idx)
+    # a request's first step on a disaggregated decode instance: scheduled now; and, when the
+    # client's first token comes from the decode instance, that token (no gap)
+    run.first_sched[where[np.isnan(run.first_sched[where])]] = t0
+    fresh = np.isnan(run.first[where])
+    run.first[where[fresh]] = first_gap
+    itl_v, itl_w = run.itl_v, run.itl_w
+    gaps = (first_gap - np.array(at(run.last)))[counted & ~fresh].tolist()
+    itl_v.extend(gaps)
+    itl_w.extend([1] * len(gaps))
+    if m > 1:
+        cnt_rem = np.sort(rem[counted])
+        alive = len(cnt_rem) - np.searchsorted(cnt_rem, np.arange(2, m + 1), side="left")   # counted in steps 2..m
+        for s in range(1, m):
+            w = int(alive[s - 1])
+            if w:
+                itl_v.append(times[s] - times[s - 1])
+                itl_w.append(w)
+    # blocks: each segment's growth (steps between departures) taken at its end — growth within a
+    # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
+    # freed after their last step
+    steps_of = np.minimum(rem, m)
+    comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
+    bs, pool, tr = eng.bs, eng.pool, run.trace
+    prev = held
+    grows = bool((-(-(c + steps_of) // bs) > held).any())   # (TensorRT-LLM reserved the whole sequence)
+    first_step = 1
+    for seg_end in sorted(set(ends_l[:done]) | {m}):
+        now = prev
+        if grows:
+            now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
+            if not pool.alloc(int((now - prev).sum())):
+                raise RuntimeError("fast-forward: the KV blocks counted on were not there")
+            prev = now
+        if tr is not None:
+            start = times[first_step - 2] if first_step > 1 else t0
+            tr.counter(times[first_step - 1], batches[first_step - 1], pool.used * bs, 0, start)
+            if seg_end > first_step:
+                tr.counter(times[seg_end - 1], batches[first_step - 1], pool.used * bs, 0, times[first_step - 1])
+        first_step = seg_end + 1
+        leaving = np.flatnonzero(rem == seg_end)
+        if not leaving.size:
+            continue
+        t_end = times[seg_end - 1]
+        gone = where[leaving].tolist()
+        _put(comp, gone, (c + seg_end)[leaving].tolist())
+        _put(gen, gone, (g + seg_end)[leaving].tolist())
+        _put(own, gone, (own0 + now - held)[leaving].tolist())
+        _put(last, gone, repeat(t_end))
+        _finish(eng, run, gone, t_end)
+    stay = rem > m
+    kept = where[stay].tolist()
+    _put(comp, kept, (c + m)[stay].tolist())
+    _put(gen, kept, (g + m)[stay].tolist())
+    _put(own, kept, (own0 + prev - held)[stay].tolist())
+    _put(last, kept, repeat(t))
+    slots = int(steps_of.sum())
+    run.steps += m
+    run.seq_steps += slots
+    run.decode_emits += slots
+    run.decode_slots += slots
+    return t
+
+
+def _put(seq: list, ids, values) -> None:
+    """``seq[i] = v`` for each pair (a C-level loop: ``map`` over ``list.__setitem__``)."""
+    deque(map(seq.__setitem__, ids, values), maxlen=0)
+
+
+def _getter(idx: list[int]):
+    """``at(seq)``: the items of ``seq`` at ``idx``, as a tuple (``operator.itemgetter``, which
+    returns a bare item for one index)."""
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda seq: (seq[i],)
+    return itemgetter(*idx)
+
+
+def _decay_new_token_ratio(eng: Engine, steps: int) -> None:
+    """SGLang lowers its ``new_token_ratio`` by one decrement per decode step, to its floor
+    (``_sglang_decode``); the same ``steps`` times, in the same arithmetic."""
+    ratio = eng.cfg.new_token_ratio
+    if eng.cfg.policy != "sglang" or not ratio:
+        return
+    init, factor, n = ratio
+    for _ in range(steps):
+        eng.ratio = max(init * factor, eng.ratio - (init - init * factor) / n)
+
+
+def _steps_that_fit(c: np.ndarray, held: np.ndarray, rem: np.ndarray, bs: int, available: int, m: int) -> int:
+    """The most decode steps (≤ m) whose new blocks the pool can give (a request grows until its
+    last step; the blocks leavers free on the way are not counted on)."""
+    def need(steps: int) -> int:
+        return int(np.maximum(0, -(-(c + np.minimum(rem, steps)) // bs) - held).sum())
+
+    if need(m) <= available:
+        return m
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
