@@ -38,8 +38,14 @@ import numpy as np
 
 from perfcast.ir.errors import UserError
 
+from .fastforward import _fast_forward
 from .kvcache import BlockPool
 from .policies import SCHEDULERS, Engine, admit_trtllm
+from .scheduler import SchedulerConfig
+from .sim import Speculative, _execute, _Pricer, _result, _Run
+from .simtrace import SimTrace, SimTraces
+from .types import SLO, KVCache, ServingResult, StepCost
+from .workload import Requests, Workload, generate
 
 #: Where the client's first token comes from: ``decode`` — the decode instance streams it with its
 #: first decode step's token (TensorRT-LLM's disaggregated server sends the context request with
@@ -47,12 +53,6 @@ from .policies import SCHEDULERS, Engine, admit_trtllm
 #: ``tensorrt_llm/serve/openai_disagg_service.py``; Dynamo's and vLLM's P/D proxies stream from the
 #: decode worker too); ``prefill`` — at the prefill step's end (a server that streams it at once).
 FIRST_TOKEN = ("decode", "prefill")
-from .scheduler import SchedulerConfig
-from .fastforward import _fast_forward
-from .sim import Speculative, _execute, _Pricer, _result, _Run
-from .simtrace import SimTrace, SimTraces
-from .types import SLO, KVCache, ServingResult, StepCost
-from .workload import Requests, Workload, generate
 
 ROUTERS = ("round_robin", "least_loaded")
 _ARRIVE, _KV, _END, _READY = 0, 1, 2, 3   # event kinds; same-time order: arrivals, step ends, steps
