@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .policies import Engine
+from .policies import Engine, decay_new_token_ratio
 
 if TYPE_CHECKING:
     from .sim import _Pricer, _Run
@@ -86,19 +86,20 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
             break
     m = len(times)
     done = int(np.searchsorted(ends, m, side="right"))   # requests that left within the run
-    _decay_new_token_ratio(eng, m)
+    if eng.cfg.policy == "sglang":   # (its ratio decays per decode step, as _sglang_decode does)
+        decay_new_token_ratio(eng, m)
     # clocks and gaps: every request's first gap from its last token; then one gap per later step
     # for each counted request still in the batch
     counted = np.array(at(run.counted), bool)
-    first_gap = times[0]
+    t1 = times[0]                          # the run's first step ends
     where = np.array(idx)
     # a request's first step on a disaggregated decode instance: scheduled now; and, when the
     # client's first token comes from the decode instance, that token (no gap)
     run.first_sched[where[np.isnan(run.first_sched[where])]] = t0
     fresh = np.isnan(run.first[where])
-    run.first[where[fresh]] = first_gap
+    run.first[where[fresh]] = t1
     itl_v, itl_w = run.itl_v, run.itl_w
-    gaps = (first_gap - np.array(at(run.last)))[counted & ~fresh].tolist()
+    gaps = (t1 - np.array(at(run.last)))[counted & ~fresh].tolist()
     itl_v.extend(gaps)
     itl_w.extend([1] * len(gaps))
     if m > 1:
@@ -167,17 +168,6 @@ def _getter(idx: list[int]):
         i = idx[0]
         return lambda seq: (seq[i],)
     return itemgetter(*idx)
-
-
-def _decay_new_token_ratio(eng: Engine, steps: int) -> None:
-    """SGLang lowers its ``new_token_ratio`` by one decrement per decode step, to its floor
-    (``_sglang_decode``); the same ``steps`` times, in the same arithmetic."""
-    ratio = eng.cfg.new_token_ratio
-    if eng.cfg.policy != "sglang" or not ratio:
-        return
-    init, factor, n = ratio
-    for _ in range(steps):
-        eng.ratio = max(init * factor, eng.ratio - (init - init * factor) / n)
 
 
 def _steps_that_fit(c: np.ndarray, held: np.ndarray, rem: np.ndarray, bs: int, available: int, m: int) -> int:

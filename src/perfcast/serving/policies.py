@@ -304,12 +304,22 @@ def _sglang_decode(e: Engine) -> Planned:
         e.running.remove(victim)
         e.preempt(victim)
         e.ratio = e.cfg.new_token_ratio[0]
-    if decs and e.cfg.new_token_ratio:
-        init, factor, steps = e.cfg.new_token_ratio
-        e.ratio = max(init * factor, e.ratio - (init - init * factor) / steps)
+    if decs:
+        decay_new_token_ratio(e)
     for i in decs:
         e.grow(i, e.comp[i] + e.decode_tokens(i))
     return [(i, e.decode_tokens(i), True) for i in decs]
+
+
+def decay_new_token_ratio(e: Engine, steps: int = 1) -> None:
+    """SGLang's ``new_token_ratio`` after ``steps`` decode steps: one ``new_token_ratio_decay`` per
+    step, floored at ``min_new_token_ratio`` (python/sglang/srt/managers/scheduler.py
+    ``update_running_batch``)."""
+    if not e.cfg.new_token_ratio:
+        return
+    init, factor, n = e.cfg.new_token_ratio
+    for _ in range(steps):
+        e.ratio = max(init * factor, e.ratio - (init - init * factor) / n)
 
 
 def admit_trtllm(e: Engine) -> None:
