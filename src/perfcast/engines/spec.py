@@ -321,6 +321,7 @@ class EngineProfile(_Strict):
         return self
 
 
+@lru_cache(maxsize=None)
 def profiles_dir() -> Path:
     from importlib import resources
 

@@ -55,6 +55,8 @@ from .workload import Requests, Workload, generate
 FIRST_TOKEN = ("decode", "prefill")
 
 ROUTERS = ("round_robin", "least_loaded")
+#: run the prefill pool first and each decode instance after it where that is exact (``_Loop.split``)
+SPLIT = True
 _ARRIVE, _KV, _END, _READY = 0, 1, 2, 3   # event kinds; same-time order: arrivals, step ends, steps
 
 
@@ -86,6 +88,15 @@ class _Instance:
         self.trace = SimTrace(name=name) if trace else None
         self.link_free = 0.0       # when the last inbound transfer arrives (decode instances)
         self.inbound = 0           # transfers under way into this instance
+        self.joins: list = []      # a split run's transfer arrivals, kept for its second pass
+        self.joined = 0            # transfers arrived
+        self.sent_by_last = 0      # transfers started before the last arrival
+        self.queue_at_last: int | None = None   # a split run's queue at the last arrival
+
+    def queued(self) -> int:
+        """Requests handed to this decode instance before the last arrival and not yet admitted
+        (a split run's second pass, between its events)."""
+        return len(self.eng.waiting) + self.sent_by_last - self.joined
 
     def load(self) -> int:
         return len(self.eng.waiting) + len(self.eng.running) + self.inbound
@@ -155,6 +166,10 @@ class _Loop:
         # a decode instance may run on through its completions when they change nothing elsewhere
         # meanwhile: no client sends on them (open loop) and no router reads the instance's load
         self.through_finishes = not w.closed_loop and (router == "round_robin" or decode.instances == 1)
+        # then nothing a decode instance does reaches the prefill pool or another decode instance
+        # (with one random stream for speculative decoding shared by the decode instances)
+        self.split = SPLIT and self.through_finishes and (spec is None or decode.instances == 1)
+        self.last_arrival = math.inf if w.closed_loop else float(reqs.arrival_s[-1])
         self._tx: dict[int, float] = {}                  # transfer seconds by prompt length
         self.tmin = max(0.0, min(self._transfer(v) for v in set(self.isl)))   # the shortest transfer any request can have
         self.where = np.zeros((n, 2), np.int64)         # prefill and decode instance of each request
@@ -183,28 +198,48 @@ class _Loop:
             self._push(t, _READY, x)
 
     def run(self) -> None:
+        """Every event in time order. When the decode instances act on nothing outside themselves
+        (:attr:`split`) the prefill pool runs first — every transfer's arrival is then known — and
+        each decode instance after it on its own: the same events in the same order per instance
+        (a test runs both ways), with a fast-forward that runs exactly to the next arrival."""
         w, n = self.w, self.n
         if w.closed_loop:
             for _ in range(min(w.concurrency, n)):
                 self._send(0.0)
         else:
             self._push(float(self.pre_run.send[0]), _ARRIVE, 0)
+        self._drain()
+        if self.split:
+            for y in self.dec:
+                self.heap, y.joins = y.joins, []   # (pushed in time order: already a heap)
+                self._drain(y)
+                self.queue_at_last += y.queue_at_last if y.queue_at_last is not None else y.queued()
+        if self.done < n:
+            raise RuntimeError(f"disaggregated simulation stalled with {n - self.done} requests unfinished")
+
+    def _drain(self, y: _Instance | None = None) -> None:
+        """Process the heap's events; ``y``: the decode instance a split run's second pass is on —
+        its queue at the last arrival is taken before its first event at or after it."""
+        n, last = self.n, self.last_arrival
         while self.heap:
             t, kind, _, a, b = heapq.heappop(self.heap)
+            if y is not None and y.queue_at_last is None and t >= last:
+                y.queue_at_last = y.queued()
             if kind == _ARRIVE:
                 self._send(t)
                 if self.nxt < n:
                     self._push(float(self.pre_run.send[self.nxt]), _ARRIVE, self.nxt)
                 else:
-                    self.queue_at_last = sum(len(x.eng.waiting) + x.inbound for x in self.pre + self.dec)
+                    self.queue_at_last = sum(len(x.eng.waiting) + x.inbound
+                                             for x in self.pre + ([] if self.split else self.dec))
+                    for x in self.dec:            # (a split run counts the decode queues in its second pass)
+                        x.sent_by_last = x.inbound
             elif kind == _KV:
                 self._join(a, b, t)
             elif kind == _END:
                 self._end(a, t)
             else:
                 self._step(a, t)
-        if self.done < n:
-            raise RuntimeError(f"disaggregated simulation stalled with {n - self.done} requests unfinished")
 
     def _horizon(self, y: _Instance) -> float:
         """The earliest time a request can join decode instance ``y``'s queue: a transfer into
@@ -212,7 +247,10 @@ class _Loop:
         to come, after an arrival or a closed-loop client's next send) ends no earlier than its
         event, and its transfer starts no earlier than ``y``'s link is free and lasts at least the
         shortest prompt's. A transfer into another instance never reaches ``y``; in an open loop,
-        neither does another decode instance's step (its completions send nothing)."""
+        neither does another decode instance's step (its completions send nothing). In a split
+        run's second pass the heap holds ``y``'s own arrivals only: the next one is the horizon."""
+        if self.split:
+            return self.heap[0][0] if self.heap else math.inf
         h, free, tmin = math.inf, y.link_free, self.tmin
         closed = self.w.closed_loop
         for te, kind, _, a, b in self.heap:
@@ -301,7 +339,11 @@ class _Loop:
         y.link_free = start + self._transfer(self.isl[i])
         y.inbound += 1
         self.xfer[i] = (start, y.link_free)
-        self._push(y.link_free, _KV, i, y)
+        if self.split:
+            self.seq += 1
+            y.joins.append((y.link_free, _KV, self.seq, i, y))
+        else:
+            self._push(y.link_free, _KV, i, y)
 
     def _join(self, i: int, y: _Instance, t: float) -> None:
         """Request ``i``'s KV arrived at decode instance ``y``: its prompt is computed, its first
@@ -309,6 +351,7 @@ class _Loop:
         e = y.eng
         e.comp[i], e.gen[i], e.prefilled[i] = self.isl[i], 1, True
         y.inbound -= 1
+        y.joined += 1
         e.waiting.append(i)
         self._wake(y, t)
 

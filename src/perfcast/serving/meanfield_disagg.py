@@ -13,7 +13,8 @@ instances, each in closed form (DistServe §4.2 searches the same space by simul
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 
 from scipy.optimize import brentq
 
@@ -41,12 +42,15 @@ class Pool:
 
 @dataclass(frozen=True)
 class _Pools:
-    """The per-instance figures of both pools for one workload."""
+    """The per-instance figures of both pools for one workload (none depends on the rate or on
+    a pool's instance count: :func:`_pools` keeps one per pair of engines and lengths, its memo
+    serving every rate a root search tries and every split)."""
 
     pre: _Model
     dec: _Model
+    steps: dict = field(default_factory=dict, compare=False, repr=False)   # decode step by sequences
 
-    @property
+    @cached_property
     def mu_prefill(self) -> float:
         """One prefill instance's saturated requests/s: full batches of ``q`` prompts."""
         q = self.pre.prefill_batch_max
@@ -57,22 +61,35 @@ class _Pools:
         return d * self.dec.e / ((self.dec.load.osl - 1) * self.tau(d))
 
     def tau(self, d: float) -> float:
-        return _lerp(self.dec.decode_s, max(d, 1.0))
+        return _lerp(self._decode_s, max(d, 1.0))
 
-    @property
+    def _decode_s(self, n: int) -> float:
+        s = self.steps.get(n)
+        if s is None:
+            s = self.steps[n] = self.dec.decode_s(n)
+        return s
+
+    @cached_property
     def mu_decode(self) -> float:
         return self.decode_rate(self.dec.cap)
 
 
 def _pools(prefill: Pool, decode: Pool, load: Workload, draft: StepCost | None) -> _Pools:
-    pre = _Model(prefill.step, replace(prefill.engine, policy="sglang"), load)
-    return _Pools(pre, _Model(decode.step, replace(decode.engine, policy="sglang"), load, draft))
+    return _pair(prefill.step, prefill.engine, decode.step, decode.engine, load.isl, load.osl, load.prefix_hit_rate,
+                 draft)
+
+
+@lru_cache(maxsize=256)
+def _pair(pre_step: StepCost, pre_engine: EngineConfig, dec_step: StepCost, dec_engine: EngineConfig, isl: int,
+          osl: int, hit: float, draft: StepCost | None) -> _Pools:
+    lengths = Workload(isl, osl, prefix_hit_rate=hit)
+    return _Pools(_Model(pre_step, replace(pre_engine, policy="sglang"), lengths),
+                  _Model(dec_step, replace(dec_engine, policy="sglang"), lengths, draft))
 
 
 def sustainable_rate(prefill: Pool, decode: Pool, load: Workload, *, draft: StepCost | None = None) -> float:
     """The saturated requests/s of the split: ``min(x μ_prefill, y μ_decode)``."""
-    p = _pools(prefill, decode, load, draft)
-    return min(prefill.instances * p.mu_prefill, decode.instances * p.mu_decode)
+    return _capacity(_pools(prefill, decode, load, draft), prefill.instances, decode.instances)
 
 
 def disaggregated(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float, *,
@@ -84,21 +101,35 @@ def disaggregated(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: fl
     if load.rate_per_s is None or kv_transfer_s < 0.0:
         raise UserError("a disaggregated point needs a rate and a non-negative KV transfer time")
     p, lam = _pools(prefill, decode, load, draft), load.rate_per_s
-    cap_p, cap_d = prefill.instances * p.mu_prefill, decode.instances * p.mu_decode
     devices = prefill.instances * prefill.engine.devices + decode.instances * decode.engine.devices
-    if lam >= min(cap_p, cap_d):
-        return _unstable(p, min(cap_p, cap_d), lam, devices)
-    lam_d = lam / decode.instances
-    d = brentq(lambda n: p.decode_rate(n) - lam_d, 0.0, p.dec.cap, xtol=_XTOL, rtol=_RTOL)
-    b = min(max(lam / prefill.instances * p.pre.prefill_batch_s(1), 1.0), p.pre.prefill_batch_max)
-    service, tpot = _lerp(p.pre.prefill_batch_s, b), p.tau(d) / p.dec.e
-    rho_p, rho_d = lam / cap_p, lam / cap_d
-    base = service + kv_transfer_s + mdc_wait(lam_d, p.mu_decode / p.dec.cap, p.dec.cap)
-    ttft = wait_tail(base, md1_wait(rho_p, p.mu_prefill), rho_p)
+    f = _figures(p, prefill.instances, decode.instances, lam, kv_transfer_s)
+    if f is None:
+        return _unstable(p, _capacity(p, prefill.instances, decode.instances), lam, devices)
+    d, ttft, tpot = f
+    rho_p, rho_d = lam / (prefill.instances * p.mu_prefill), lam / (decode.instances * p.mu_decode)
     notes = (f"disaggregated {prefill.instances}P{decode.instances}D at λ = {lam:.6g}/s: prefill ρ = {rho_p:.4g}, "
              f"decode ρ = {rho_d:.4g}, {d:.4g} sequences per decode instance",
              "TTFT percentiles: the prefill wait's exponential tail; the decode wait enters at its mean")
     return _result(p, lam, d, ttft, tpot, devices, notes, slo)
+
+
+def _capacity(p: _Pools, x: int, y: int) -> float:
+    return min(x * p.mu_prefill, y * p.mu_decode)
+
+
+def _figures(p: _Pools, x: int, y: int, lam: float, kv_transfer_s: float) -> tuple[float, Summary, float] | None:
+    """``(d, TTFT, TPOT)`` of ``x`` prefill and ``y`` decode instances at ``lam`` requests/s, None
+    when ``lam`` is not below what they sustain."""
+    if lam >= _capacity(p, x, y):
+        return None
+    lam_d = lam / y
+    d = brentq(lambda n: p.decode_rate(n) - lam_d, 0.0, p.dec.cap, xtol=_XTOL, rtol=_RTOL)
+    pre = p.pre
+    b = min(max(lam / x * pre.at(pre.prefill_batch_s, 1), 1.0), pre.prefill_batch_max)
+    service, tpot = _lerp(lambda n: pre.at(pre.prefill_batch_s, n), b), p.tau(d) / p.dec.e
+    rho_p = lam / (x * p.mu_prefill)
+    base = service + kv_transfer_s + mdc_wait(lam_d, p.mu_decode / p.dec.cap, p.dec.cap)
+    return d, wait_tail(base, md1_wait(rho_p, p.mu_prefill), rho_p), tpot
 
 
 def _result(p: _Pools, lam: float, d: float, ttft: Summary, tpot: float, devices: int,
@@ -147,9 +178,11 @@ def best_rate(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float,
     if slo is None:
         return top
 
+    p = _pools(prefill, decode, load, draft)
+
     def margin(lam: float) -> float:
-        r = disaggregated(prefill, decode, replace(load, rate_per_s=lam, concurrency=None), kv_transfer_s, draft=draft)
-        got = ((slo.ttft_s, r.ttft_s.mean), (slo.tpot_s, r.tpot_s.mean), (slo.e2e_s, r.e2e_s.mean))
+        _, ttft, tpot = _figures(p, prefill.instances, decode.instances, lam, kv_transfer_s)
+        got = ((slo.ttft_s, ttft.mean), (slo.tpot_s, tpot), (slo.e2e_s, ttft.mean + (load.osl - 1) * tpot))
         return max((v / b - 1.0 for b, v in got if b is not None), default=-1.0)
 
     hi, lo = top * (1.0 - 1e-9), top * 1e-9
