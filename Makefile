@@ -9,6 +9,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(VENV)/bin/python -m compileall -q src/perfcast > /dev/null  # (an editable install is not byte-compiled)
 	touch $(STAMP)
 
 demo: $(STAMP)

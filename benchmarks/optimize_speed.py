@@ -4,8 +4,8 @@ disaggregated, ISL 4000 / OSL 500, TTFT ≤ 2 s, TPOT ≤ 30 ms.
 Prints, in one run:
 
 - **warm**: the search a second time in one process (step models compiled, the process warm);
-- **new process**: ``perfcast optimize … --json`` as a new process with the caches an earlier run
-  left (the capture cache and the step cache: the compiled step models and memory reports are
+- **new process**: ``perfcast optimize … --json`` as a new process, the package byte-compiled, with
+  the caches an earlier run left (the capture cache and the step cache: the compiled step models and memory reports are
   loaded, nothing is captured, lowered or rolled up);
 - **baseline (same run)**: the same search with the event simulation for every priced candidate
   (``--simulate-all``), warm, in the same process;
@@ -22,6 +22,7 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/optimize_speed.py``).
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import subprocess
@@ -89,6 +90,9 @@ def _closed_form_rates() -> tuple[float, float]:
 
 
 def main() -> None:
+    # byte-compiled as an installed package is (``make setup`` does it; pip does it for a wheel):
+    # where PYTHONDONTWRITEBYTECODE is set, a new process would otherwise compile every module
+    compileall.compile_dir(str(SRC / "perfcast"), quiet=1)
     cache = tempfile.mkdtemp(prefix="perfcast-bench-cache-")
     try:
         first = _new_process(cache)          # fills the capture cache

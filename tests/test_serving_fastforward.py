@@ -15,6 +15,7 @@ from perfcast.serving import disagg, sim
 from perfcast.serving.disagg import PoolSpec, simulate_disagg
 from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.sim import Speculative, simulate
+from perfcast.serving.step import GRID, Deployment, compile_step
 from perfcast.serving.types import AffineStep
 from perfcast.serving.workload import Lengths, Trace, Workload
 
@@ -71,6 +72,36 @@ def test_the_fast_forward_changes_no_figure(mode, monkeypatch):
     monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: None)
     monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
     monkeypatch.setattr(disagg, "SPLIT", False)   # (the decode instances stepped with the prefill pool)
+    for c, f in zip(cases, fast):
+        _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return compile_step(Deployment("llama-3.1-8b", "h100-sxm", "trtllm"), max_tokens=4096)
+
+
+def test_a_decode_row_prices_as_decode_s(llama):
+    rnd = random.Random(3)
+    for _ in range(300):
+        b = rnd.randint(1, 256)
+        ctx = b * rnd.randint(1, 6000) + rnd.randint(0, b - 1)
+        dense, row = llama.decode_row(b, ctx)
+        x = ctx / b
+        i = int(x // GRID)
+        f = x / GRID - i
+        assert dense + (row[i] + f * (row[i + 1] - row[i])) == llama.decode_s(b, ctx)
+    assert llama.decode_row(0, 0) is None and llama.decode_row(5000, 5000) is None
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_the_fast_forward_on_a_compiled_step_changes_no_figure(mode, llama, monkeypatch):
+    # the fast-forward prices a compiled step from its rows (StepModel.decode_row), not per call
+    cases = [dict(c, step=llama, spec=False) for c in _cases(16, seed=11)]
+    fast = [_run(c, mode) for c in cases]
+    monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: None)
+    monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
+    monkeypatch.setattr(disagg, "SPLIT", False)
     for c, f in zip(cases, fast):
         _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .policies import Engine, decay_new_token_ratio
+from .step import GRID
 
 if TYPE_CHECKING:
     from .sim import _Pricer, _Run
@@ -71,8 +72,22 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     ends_l, ctx_end = ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)
     k, bb, ctx, t0 = 0, b, int(c.sum()), t
     times, batches = [], []
+    # a step's price: StepModel.decode_s from its batch's row (as decode_s computes it), else the pricer
+    reach, table = int(c.max()) + m, None
     while len(times) < m:
-        d = price.decode(bb, ctx)
+        if price.row is None:
+            d = price.decode(bb, ctx)
+        else:
+            if table is None:
+                table = price.row(bb, reach * bb)
+                if table is None:
+                    price.row = None
+                    continue
+                dense, row = table
+            x = ctx / bb
+            i = int(x // GRID)
+            f = x / GRID - i
+            d = dense + (row[i] + f * (row[i + 1] - row[i]))
         t += d
         times.append(t)
         batches.append(bb)
@@ -82,6 +97,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
             ctx -= ctx_end[k]
             bb -= 1
             k += 1
+            table = None
         if bb == 0 or t >= horizon:
             break
     m = len(times)

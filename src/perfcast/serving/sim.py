@@ -177,6 +177,7 @@ class _Pricer:
         self.step, self.spec = step, spec
         self.memo: dict = {}
         self._decode_s = getattr(step, "decode_s", None)   # a decode-only price without a Mix, where the step has one
+        self.row = getattr(step, "decode_row", None) if spec is None else None   # (StepModel.decode_row)
 
     def __call__(self, mix: Mix) -> float:
         s = self.memo.get(mix)

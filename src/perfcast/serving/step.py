@@ -280,6 +280,18 @@ class StepModel:
             return self.step_s(Mix(decodes, context))
         return self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes)
 
+    def decode_row(self, decodes: int, context: float) -> tuple[float, list[float]] | None:
+        """``(dense, row)`` with ``decode_s(decodes, x) == dense + (row[i] + f · (row[i + 1] −
+        row[i]))`` at ``i, f`` the 16-token grid cell of ``x / decodes`` for every context ``x`` up
+        to ``context`` (the fast-forward prices a run of steps from it); None where ``decode_s``
+        does not price from a row."""
+        if decodes == 0 or decodes > self.max_tokens:
+            return None
+        part = self._part_of[(True, decodes)]
+        key = (decodes, id(part))
+        self._row(self._decode_rows, key, lambda c: part.attention(float(decodes), c), context / decodes)
+        return self._dense_decode[decodes], self._decode_rows[key]
+
     @cached_property
     def _arrays(self) -> tuple:
         """The dense and head tables as arrays, every lowering's part in one list, and the index
