@@ -106,6 +106,26 @@ def test_the_fast_forward_on_a_compiled_step_changes_no_figure(mode, llama, monk
         _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
 
 
+def test_a_tensorrt_llm_decode_instance_stepped_alone_changes_no_figure(monkeypatch):
+    # a split run's TensorRT-LLM decode instances run in serving.decode_pass: open loops, batch
+    # limits within the budget, tight KV caches (admission waits for blocks), both clocks
+    from perfcast.serving import decode_pass
+
+    ran = []
+    real = decode_pass.run
+    monkeypatch.setattr(decode_pass, "run", lambda loop, y: ran.append(y.name) or real(loop, y))
+    cases = [dict(c, engine="trtllm", spec=False, router="round_robin", max_batch_size=c["max_batch_size"] or 8,
+                  workload=dataclasses.replace(c["workload"], concurrency=None,
+                                               rate=c["workload"].rate or 50.0, cv=c["workload"].cv or 1.0))
+             for c in _cases(40, seed=5)]
+    fast = [_run(c, "disagg") for c in cases]
+    assert len(ran) >= 60
+    monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
+    monkeypatch.setattr(disagg, "SPLIT", False)
+    for c, f in zip(cases, fast):
+        _same(f, _run(c, "disagg"), f"trtllm {c['workload']}")
+
+
 def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypatch):
     # requests 100 s apart, each decoding for about 2 s alone: after its prefill step the
     # fast-forward takes its whole decode, through its completion, in one call

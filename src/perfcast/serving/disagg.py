@@ -38,6 +38,7 @@ import numpy as np
 
 from perfcast.ir.errors import UserError
 
+from . import decode_pass
 from .fastforward import _fast_forward
 from .kvcache import BlockPool
 from .policies import SCHEDULERS, Engine, admit_trtllm
@@ -166,8 +167,7 @@ class _Loop:
         # a decode instance may run on through its completions when they change nothing elsewhere
         # meanwhile: no client sends on them (open loop) and no router reads the instance's load
         self.through_finishes = not w.closed_loop and (router == "round_robin" or decode.instances == 1)
-        # then nothing a decode instance does reaches the prefill pool or another decode instance
-        # (with one random stream for speculative decoding shared by the decode instances)
+        # then no decode instance acts on another or the prefill pool (nor shares a random stream)
         self.split = SPLIT and self.through_finishes and (spec is None or decode.instances == 1)
         self.last_arrival = math.inf if w.closed_loop else float(reqs.arrival_s[-1])
         self._tx: dict[int, float] = {}                  # transfer seconds by prompt length
@@ -198,10 +198,8 @@ class _Loop:
             self._push(t, _READY, x)
 
     def run(self) -> None:
-        """Every event in time order. When the decode instances act on nothing outside themselves
-        (:attr:`split`) the prefill pool runs first — every transfer's arrival is then known — and
-        each decode instance after it on its own: the same events in the same order per instance
-        (a test runs both ways), with a fast-forward that runs exactly to the next arrival."""
+        """Every event in time order; split (:attr:`split`): the prefill pool first, then each
+        decode instance alone over its known arrivals (:mod:`.decode_pass` where it applies)."""
         w, n = self.w, self.n
         if w.closed_loop:
             for _ in range(min(w.concurrency, n)):
@@ -211,15 +209,18 @@ class _Loop:
         self._drain()
         if self.split:
             for y in self.dec:
-                self.heap, y.joins = y.joins, []   # (pushed in time order: already a heap)
-                self._drain(y)
+                if decode_pass.applies(self, y):
+                    decode_pass.run(self, y)
+                else:
+                    self.heap, y.joins = y.joins, []   # (pushed in time order: already a heap)
+                    self._drain(y)
                 self.queue_at_last += y.queue_at_last if y.queue_at_last is not None else y.queued()
         if self.done < n:
             raise RuntimeError(f"disaggregated simulation stalled with {n - self.done} requests unfinished")
 
     def _drain(self, y: _Instance | None = None) -> None:
-        """Process the heap's events; ``y``: the decode instance a split run's second pass is on —
-        its queue at the last arrival is taken before its first event at or after it."""
+        """The heap's events; ``y``: a split run's decode instance (its queue at the last arrival
+        taken before its first event at or after it)."""
         n, last = self.n, self.last_arrival
         while self.heap:
             t, kind, _, a, b = heapq.heappop(self.heap)

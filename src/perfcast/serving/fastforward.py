@@ -59,13 +59,17 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     m = int(rem.max()) if finishes else int(rem.min()) - 1
     if m < min_steps:
         return None
-    own0 = np.array(at(eng.own), np.int64)
-    held = own0.copy()
-    if eng.hashes is not None:
-        held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
-    m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
-    if m < min_steps:
-        return None
+    # TensorRT-LLM (GUARANTEED_NO_EVICT) reserved each request's whole sequence at admission and
+    # never preempts: its blocks suffice and do not change
+    reserved = eng.cfg.policy == "trtllm"
+    if not reserved:
+        own0 = np.array(at(eng.own), np.int64)
+        held = own0.copy()
+        if eng.hashes is not None:
+            held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
+        m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
+        if m < min_steps:
+            return None
     # the run, step by step: a step's price by (batch, context); requests leave after their last step
     order = np.argsort(rem, kind="stable")
     ends = rem[order]                      # each request's last step, ascending
@@ -132,8 +136,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     steps_of = np.minimum(rem, m)
     comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
     bs, pool, tr = eng.bs, eng.pool, run.trace
-    prev = held
-    grows = bool((-(-(c + steps_of) // bs) > held).any())   # (TensorRT-LLM reserved the whole sequence)
+    prev = None if reserved else held
+    grows = not reserved and bool((-(-(c + steps_of) // bs) > held).any())
     first_step = 1
     for seg_end in sorted(set(ends_l[:done]) | {m}):
         now = prev
@@ -155,14 +159,16 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
         gone = where[leaving].tolist()
         _put(comp, gone, (c + seg_end)[leaving].tolist())
         _put(gen, gone, (g + seg_end)[leaving].tolist())
-        _put(own, gone, (own0 + now - held)[leaving].tolist())
+        if not reserved:
+            _put(own, gone, (own0 + now - held)[leaving].tolist())
         _put(last, gone, repeat(t_end))
         _finish(eng, run, gone, t_end)
     stay = rem > m
     kept = where[stay].tolist()
     _put(comp, kept, (c + m)[stay].tolist())
     _put(gen, kept, (g + m)[stay].tolist())
-    _put(own, kept, (own0 + prev - held)[stay].tolist())
+    if not reserved:
+        _put(own, kept, (own0 + prev - held)[stay].tolist())
     _put(last, kept, repeat(t))
     slots = int(steps_of.sum())
     run.steps += m

@@ -54,10 +54,9 @@ from perfcast.inference.textgen import Request, make_model
 from perfcast.ir import UserError, dim
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving import step_cache
+from perfcast.serving.step_grid import GRID, decode_attention, on_grid, prefill_on_grid
 from perfcast.serving.types import Mix
 
-#: Context grid of the attention tables (tokens); between two grid points the time is linear.
-GRID = 16
 #: Performance models a step model can be compiled for: closed forms only.
 STEP_MODELS = ("analytic", "roofline")
 
@@ -281,16 +280,12 @@ class StepModel:
         return self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes)
 
     def decode_row(self, decodes: int, context: float) -> tuple[float, list[float]] | None:
-        """``(dense, row)`` with ``decode_s(decodes, x) == dense + (row[i] + f · (row[i + 1] −
-        row[i]))`` at ``i, f`` the 16-token grid cell of ``x / decodes`` for every context ``x`` up
-        to ``context`` (the fast-forward prices a run of steps from it); None where ``decode_s``
-        does not price from a row."""
+        """``(dense, row)``: ``decode_s(decodes, x) = dense + (row[i] + f · (row[i + 1] − row[i]))``,
+        ``i, f`` the grid cell of ``x / decodes``, for contexts ``x ≤ context``; None: not from a row."""
         if decodes == 0 or decodes > self.max_tokens:
             return None
-        part = self._part_of[(True, decodes)]
-        key = (decodes, id(part))
-        self._row(self._decode_rows, key, lambda c: part.attention(float(decodes), c), context / decodes)
-        return self._dense_decode[decodes], self._decode_rows[key]
+        self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
+        return self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[(True, decodes)]))]
 
     @cached_property
     def _arrays(self) -> tuple:
@@ -322,11 +317,11 @@ class StepModel:
         mixed, has = c > 0, d > 0
         out = np.where(mixed, dense_prefill[tokens] + head[d + c], dense_decode[tokens])
         if draft == 0:
-            out[has] += _on_grid(parts, decode_ix[tokens[has]], (d[has],), mean[has])
+            out[has] += on_grid(parts, decode_ix[tokens[has]], (d[has],), mean[has])
         else:
-            out[has] += _prefill_on_grid(parts, prefill_ix[tokens[has]], d[has], np.full(has.sum(), 1 + draft),
+            out[has] += prefill_on_grid(parts, prefill_ix[tokens[has]], d[has], np.full(has.sum(), 1 + draft),
                                          mean[has])
-        out[mixed] += c[mixed] * _prefill_on_grid(parts, prefill_ix[tokens[mixed]], np.ones(mixed.sum(), np.int64),
+        out[mixed] += c[mixed] * prefill_on_grid(parts, prefill_ix[tokens[mixed]], np.ones(mixed.sum(), np.int64),
                                                   t[mixed], p[mixed])
         out[tokens == 0] = 0.0
         return out.reshape(shape)
@@ -354,49 +349,9 @@ class StepModel:
                 t = part.dense(one := np.ones_like(sm), dm + sm) + part.head(dm + 1) + part.attention(one, sm, pm_)
                 has = dm > 0
                 if has.any():
-                    t = np.where(has, t + _decode_attention(self._decode, tokens[m], dm, cm), t)
+                    t = np.where(has, t + decode_attention(self._decode, tokens[m], dm, cm), t)
                 out[m] = t
         return out
-
-
-def _on_grid(parts: list, part_ix, cols: tuple, context) -> np.ndarray:
-    """``parts[part_ix].attention(*cols, c)`` interpolated on the 16-token grid of ``c`` as
-    :meth:`StepModel._row` interpolates its rows; each distinct (part, cols, grid point) once."""
-    i = (context // GRID).astype(np.int64)
-    keys = [np.concatenate([k, k]) for k in (part_ix, *cols)] + [np.concatenate([i, i + 1])]
-    dims = [int(k.max(initial=0)) + 1 for k in keys]
-    unique, inverse = np.unique(np.ravel_multi_index(keys, dims), return_inverse=True)
-    at = np.unravel_index(unique, dims)
-    values = np.empty(len(unique))
-    for j in np.unique(at[0]):
-        m = at[0] == j
-        args = [a[m].astype(float) for a in at[1:-1]] + [at[-1][m] * float(GRID)]
-        values[m] = np.broadcast_to(parts[j].attention(*args), args[0].shape)
-    lo, hi = values[inverse[:len(i)]], values[inverse[len(i):]]
-    return lo + (context / GRID - i) * (hi - lo)
-
-
-def _prefill_on_grid(parts: list, part_ix, batch, new, past) -> np.ndarray:
-    """:meth:`StepModel.attention_prefill_s` on arrays: chunks of more than 64 tokens off the
-    16-token grid of lengths interpolate between its neighbours."""
-    exact = (new <= 64) | (new % GRID == 0)
-    lo = np.where(exact, new, new // GRID * GRID)
-    m = ~exact
-    both = _on_grid(parts, np.concatenate([part_ix, part_ix[m]]), (np.concatenate([batch, batch[m]]),
-                    np.concatenate([lo, lo[m] + GRID])), np.concatenate([past, past[m]]))
-    out, above = both[:len(new)], both[len(new):]
-    out[m] += (new[m] - lo[m]) / GRID * (above - out[m])
-    return out
-
-
-def _decode_attention(decode_parts: dict, tokens, batch, mean) -> np.ndarray:
-    """The decode attention of the decodes of mixed steps (their decode kernels)."""
-    out = np.zeros(batch.shape)
-    for part, toks in decode_parts.values():
-        m = np.isin(tokens, toks) & (batch > 0)
-        if m.any():
-            out[m] = part.attention(batch[m], np.maximum(mean[m], 0))
-    return out
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:

@@ -1,0 +1,120 @@
+"""A TensorRT-LLM decode instance of a split disaggregated run, stepped in one loop.
+
+In a split run (:attr:`perfcast.serving.disagg._Loop.split`) a decode instance's second pass sees
+only its own transfer arrivals, all known in advance. Under TensorRT-LLM's capacity scheduler
+(GUARANTEED_NO_EVICT, :func:`perfcast.serving.policies.admit_trtllm`) with a batch limit within
+the token budget its steps are simple: at each step start every request whose KV has arrived
+(at or before that time) is admitted first come first served while a slot is free and blocks
+for its whole sequence can be reserved; every running request then decodes one token; a
+request leaves after its last. This loop runs exactly that, one step at a time, without the
+event heap, the scheduler or the fast-forward's array bookkeeping — the figures of the joint
+loop (``tests/test_serving_fastforward.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .step import GRID
+
+if TYPE_CHECKING:
+    from .disagg import _Instance, _Loop
+
+
+def applies(loop: _Loop, y: _Instance) -> bool:
+    """The loop below is the instance's: TensorRT-LLM, no speculative decoding, no trace, and a
+    batch limit within the token budget (a decode step never leaves a request out)."""
+    cfg = y.eng.cfg
+    return (cfg.policy == "trtllm" and loop.spec is None and y.trace is None and cfg.max_num_seqs is not None
+            and cfg.max_num_seqs <= cfg.max_num_tokens)
+
+
+def run(loop: _Loop, y: _Instance) -> None:
+    """Serve ``y.joins`` (transfer arrivals ``(time, _, _, request, y)`` in time order) on ``y``."""
+    eng, run_, price = y.eng, y.run, y.price
+    isl, osl, own, comp, gen = eng.isl, eng.osl, eng.own, eng.comp, eng.gen
+    bs, pool, cap = eng.bs, eng.pool, eng.cfg.max_num_seqs
+    first, first_sched, last, counted = run_.first, run_.first_sched, run_.last, run_.counted
+    itl_v, itl_w = run_.itl_v, run_.itl_w
+    joins, last_arrival = y.joins, loop.last_arrival
+    waiting: deque[int] = deque()
+    leave: dict[int, list[int]] = {}       # step number -> requests leaving after it
+    tables: dict[int, tuple] = {}          # batch -> StepModel.decode_row
+    rows = price.row
+    t, j, step, bb, ctx, alive, slots, before = -math.inf, 0, 0, 0, 0, 0, 0, 0
+    while True:
+        while j < len(joins) and joins[j][0] <= t:   # (arrived by the step start: queued before it)
+            i = joins[j][3]
+            comp[i], gen[i], eng.prefilled[i] = isl[i], 1, True
+            waiting.append(i)
+            j += 1
+        if not bb and not waiting:
+            if j == len(joins):
+                break
+            t = joins[j][0]                        # idle until the next arrival
+            continue
+        new = []
+        while waiting and bb + len(new) < cap:     # admit_trtllm: the whole sequence reserved
+            i = waiting[0]
+            need = -(-(isl[i] + osl[i] - 1) // bs)
+            if not pool.alloc(need):
+                break
+            own[i] = need
+            new.append(waiting.popleft())
+        if not bb and not new:
+            raise RuntimeError(f"{y.name} stalled at t={t:.6g}s with {len(waiting)} waiting and 0 running requests")
+        if t < last_arrival:
+            before += len(new)
+        for i in new:
+            first_sched[i] = t
+            ctx += isl[i]
+        bb += len(new)
+        # the step: priced as StepModel.decode_s prices it (from the batch's row), else by the pricer
+        if rows is None:
+            d = price.decode(bb, ctx)
+        else:
+            x = ctx / bb
+            k = int(x // GRID)
+            tab = tables.get(bb)
+            if tab is None or k + 1 >= len(tab[1]):
+                tab = tables[bb] = rows(bb, ctx)
+                if tab is None:
+                    rows = None
+                    d = price.decode(bb, ctx)
+            if rows is not None:
+                dense, row = tab
+                f = x / GRID - k
+                d = dense + (row[k] + f * (row[k + 1] - row[k]))
+        start, t = t, t + d
+        step += 1
+        slots += bb
+        if alive:                                   # the requests stepped before: one gap each
+            itl_v.append(t - start)
+            itl_w.append(alive)
+        for i in new:
+            if math.isnan(first[i]):                # (its first token comes with this step)
+                first[i] = t
+            elif counted[i]:
+                itl_v.append(t - last[i])
+                itl_w.append(1)
+            alive += counted[i]
+            leave.setdefault(step + osl[i] - 2, []).append(i)
+        ctx += bb
+        for i in leave.pop(step, ()):
+            ctx -= isl[i] + osl[i] - 1
+            bb -= 1
+            alive -= counted[i]
+            comp[i], gen[i], last[i] = isl[i] + osl[i] - 1, osl[i], t
+            pool.release(own[i])
+            own[i] = 0
+            run_.finish[i] = t
+            run_.done += 1
+            loop._complete(i, t)
+    run_.steps += step
+    run_.seq_steps += slots
+    run_.decode_emits += slots
+    run_.decode_slots += slots
+    y.joined, y.inbound, y.joins = len(joins), 0, []
+    y.queue_at_last = y.sent_by_last - before
