@@ -145,7 +145,14 @@ def test_the_source_check_takes_what_lambdify_prints_and_nothing_else():
     assert np.array_equal(back(x, 5 * x), fn(x, 5 * x))
     for bad in ("def f(B):\n    return B.real\n", "def f(B):\n    return 'a'\n", "def f(B):\n    return eval('1')\n",
                 "def f(B):\n    x = 1\n    return x\n", "def f(B=1):\n    return B\n", "f = 1\n",
-                "def f(B):\n    return (lambda: 1)()\n", "def f(B):\n    return [i for i in B]\n"):
+                "def f(B):\n    return (lambda: 1)()\n", "def f(B):\n    return [i for i in B]\n",
+                "def f(B):\n    return B[0]\n", "def f(*B):\n    return B\n", "def f(B, *, C):\n    return B\n",
+                "def f(B):\n    return (yield B)\n", "async def f(B):\n    return B\n", "def f(B):\n    return True\n",
+                "def f(B):\n    return (x := B)\n", "def f(B):\n    'doc'\n    return B\n",
+                "def f(B):\n    return B\ndef g(B):\n    return B\n", "@max\ndef f(B):\n    return B\n",
+                "def f(B: 'int'):\n    return B\n", "import os\ndef f(B):\n    return B\n",
+                "def f(B):\n    return {B: 1}\n", "def f(B):\n    return B if B else b'x'\n",
+                "def f(B):\n    return max(B, key=abs)\n"):
         with pytest.raises(Unreadable):
             compiled(bad, {})
 

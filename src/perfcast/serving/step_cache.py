@@ -15,7 +15,8 @@ them), ``max_tokens``, the versions of perfcast, torch, transformers, SymPy and 
 digest of the whole installed package, code and data (any edit misses). An entry holds its whole
 key and is used only if that key is the one asked for.
 
-A source is compiled only after its syntax tree is checked: one function whose body returns one
+A source is used only after its bytecode is checked (compiling runs nothing, and the module's code
+is never run: the function is built from its code object): one function whose body returns one
 expression built from its arguments, numbers, arithmetic, comparisons and calls of the names the
 printer emits (NumPy's ufuncs and a few array functions, ``functools.reduce``) or of the
 performance model's own functions. Anything else makes the entry unreadable: a miss, compiled
@@ -25,13 +26,14 @@ foreign file costs time, never runs code.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
+import dis
 import functools
 import hashlib
 import inspect
 import json
 import logging
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -45,15 +47,24 @@ SUFFIX = ".json.gz"
 
 log = logging.getLogger(__name__)
 
-#: Syntax a cached source may use (:func:`compiled`).
-_NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Expression, ast.BinOp,
-          ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.keyword, ast.Name, ast.Constant,
-          ast.List, ast.Tuple, ast.Load, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+#: Instructions a cached source's module (one ``def``) and function (one expression) may use
+#: (:func:`compiled`), by name across CPython versions; a name a version lacks is skipped, an
+#: instruction not listed makes the entry unreadable (a miss, compiled anew).
+_MODULE_OPS = frozenset(dis.opmap[n] for n in ("CACHE", "RESUME", "NOP", "LOAD_CONST", "MAKE_FUNCTION", "STORE_NAME",
+                                               "RETURN_VALUE", "RETURN_CONST") if n in dis.opmap)
+_FUNCTION_OPS = frozenset(dis.opmap[n] for n in (
+    "CACHE", "RESUME", "NOP", "EXTENDED_ARG", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CONST",
+    "RETURN_CONST", "LOAD_GLOBAL", "PUSH_NULL", "PRECALL", "CALL", "CALL_KW", "KW_NAMES", "BINARY_OP",
+    "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "TO_BOOL", "BUILD_LIST",
+    "BUILD_TUPLE", "LIST_EXTEND", "RETURN_VALUE", "COPY", "SWAP", "POP_TOP", "JUMP_FORWARD", "NOT_TAKEN",
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
+    "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP") if n in dis.opmap)
 #: Array functions lambdify's NumPy printer emits besides the ufuncs (sympy/printing/numpy.py).
 _ARRAY_FUNCTIONS = ("select", "where", "amax", "amin", "array", "asarray", "broadcast_to", "sum", "prod",
                     "isnan", "inf", "nan", "pi", "e", "euler_gamma")
-
-
+#: Code flags of anything but a plain function: *args, **kwargs, generators, coroutines.
+_FREE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE \
+    | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_NESTED
 @functools.cache
 def _printer_names() -> dict[str, object]:
     names = {n: getattr(np, n) for n in dir(np) if isinstance(getattr(np, n, None), np.ufunc)}
@@ -120,31 +131,47 @@ def source_of(fn) -> str:
 
 
 def compiled(source: str, names: dict[str, object]):
-    """The function ``source`` defines, after the syntax check of the module docstring; the
-    names it calls resolve in ``names`` (the performance model's functions) or the printer's."""
+    """The function ``source`` defines, after the check of the module docstring — made on the
+    bytecode ``compile`` gives (compiling runs nothing): the module only defines one function;
+    the function takes positional arguments, has no other locals, closures, defaults or nested
+    code, uses only the instructions of one expression of calls, arithmetic, comparisons and
+    list or tuple displays (no attribute, subscript, store, import or loop), numeric constants
+    (and keyword names), and calls only the names of :func:`_printer_names` or ``names`` (the
+    performance model's functions). The function is built from its code object; the module's
+    code is never run."""
     try:
-        tree = ast.parse(source)
+        module = compile(source, "<perfcast step cache>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
-        raise Unreadable(f"a source that does not parse ({e})") from None
-    fn = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list or len(fn.body) != 1 \
-            or not isinstance(fn.body[0], ast.Return) or fn.args.vararg or fn.args.kwarg or fn.args.defaults:
+        raise Unreadable(f"a source that does not compile ({e})") from None
+    codes = [c for c in module.co_consts if isinstance(c, types.CodeType)]
+    fn = codes[0] if len(codes) == 1 else None
+    if fn is None or len(module.co_names) != 1 or any(c is not None and c is not fn for c in module.co_consts) \
+            or not set(module.co_code[::2]) <= _MODULE_OPS:
         raise Unreadable("a source that is not one function returning one expression")
-    args = {a.arg for a in fn.args.args}
-    known = {**_printer_names(), **names}
+    if fn.co_flags & _FREE_FLAGS or fn.co_kwonlyargcount or fn.co_posonlyargcount or fn.co_freevars \
+            or fn.co_cellvars or fn.co_nlocals != fn.co_argcount:
+        raise Unreadable("a function with more than positional arguments and one expression")
+    bad = set(fn.co_code[::2]) - _FUNCTION_OPS
+    if bad:
+        raise Unreadable(f"a source with a {dis.opname[min(bad)]} instruction")
+    for c in fn.co_consts:
+        if not _numeric(c) and not (type(c) is tuple and c and all(type(k) is str for k in c)):
+            raise Unreadable(f"a source with a {type(c).__name__} constant")
+    known = _printer_names()
     used = {}
-    for node in ast.walk(fn.body[0]):
-        if not isinstance(node, _NODES):
-            raise Unreadable(f"a source with a {type(node).__name__} node")
-        if isinstance(node, ast.Constant) and type(node.value) not in (int, float):
-            raise Unreadable(f"a source with a {type(node.value).__name__} constant")
-        if isinstance(node, ast.Name) and node.id not in args:
-            if node.id not in known:
-                raise Unreadable(f"a source naming {node.id!r}")
-            used[node.id] = known[node.id]
-    namespace = {"__builtins__": {}, **used}
-    exec(compile(tree, "<perfcast step cache>", "exec"), namespace)
-    return namespace[fn.name]
+    for name in fn.co_names:
+        if name in names:
+            used[name] = names[name]
+        elif name in known:
+            used[name] = known[name]
+        else:
+            raise Unreadable(f"a source naming {name!r}")
+    return types.FunctionType(fn, {"__builtins__": {}, **used}, fn.co_name)
+
+
+def _numeric(c) -> bool:
+    """None (a function's empty docstring slot), a number, or a tuple of numbers (a display)."""
+    return c is None or type(c) in (int, float) or (type(c) is tuple and all(type(k) in (int, float) for k in c))
 
 
 def encode(compiled: tuple, pm) -> dict:
