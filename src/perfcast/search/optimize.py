@@ -288,9 +288,14 @@ def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=
 
     executor = executor or LocalExecutor()
     groups = groups_of(spec)
+    # disaggregated groups first: their prefill pools ask for the largest steps (the engine's own
+    # batch limit), and a step model compiled for those serves the aggregated groups' smaller
+    # ones — each layout's step model is then built or loaded once, not twice
+    run = sorted(range(len(groups)), key=lambda i: groups[i][0] != "disagg")
     t0 = time.perf_counter()
     by_group: dict[int, list[Point]] = {}
-    for done, (i, pts) in enumerate(executor.imap(screen_group, [(spec, g) for g in groups]), 1):
+    for done, (j, pts) in enumerate(executor.imap(screen_group, [(spec, groups[i]) for i in run]), 1):
+        i = run[j]
         by_group[i] = pts
         if progress is not None:
             g = groups[i]
