@@ -183,3 +183,22 @@ def test_a_decode_only_price_without_a_mix_is_the_mix_price(cached):
     assert [fresh.decode_s(d, c) for d, c in pts] == [fresh.step_s(Mix(d, c)) for d, c in pts]
     with pytest.raises(UserError, match="exceeds"):
         fresh.decode_s(MAX + 1, 10)
+
+
+def test_the_package_digest_is_kept_and_hashed_again_when_a_file_changes(monkeypatch, tmp_path):
+    import gzip
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    step_cache.package_digest.cache_clear()
+    first = step_cache.package_digest()
+    (kept,) = step_cache.cache_dir().glob("package-digest*")
+    step_cache.package_digest.cache_clear()
+    with mock.patch("hashlib.sha256", side_effect=AssertionError("hashed although the digest was kept")):
+        assert step_cache.package_digest() == first   # every file's size and time as they were
+    doc = json.loads(gzip.decompress(kept.read_bytes()))
+    doc["key"]["files"][0][2] += 1                       # one file's modification time differs
+    doc["digest"] = "0" * 64
+    write_entry(kept, doc)
+    step_cache.package_digest.cache_clear()
+    assert step_cache.package_digest() == first          # hashed again, not the kept one
+    step_cache.package_digest.cache_clear()

@@ -81,13 +81,32 @@ def cache_dir() -> Path:
 
 @functools.cache
 def package_digest() -> str:
-    """SHA-256 over every file of the installed perfcast package (path and bytes), caches aside."""
+    """SHA-256 over every file of the installed perfcast package (path and bytes), caches aside;
+    kept in the cache with every file's size and modification time, and hashed again only when
+    one of them differs (as Python's bytecode cache decides a source changed): a new process
+    stats the package's files instead of reading its ~50 MB."""
     root = Path(__file__).resolve().parent.parent
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    stats = [[str(p.relative_to(root)), st.st_size, st.st_mtime_ns] for p in files for st in (p.stat(),)]
+    key = {"kind": "digest", "root": str(root), "files": stats, "format": FORMAT}
+    path = cache_dir() / f"package-digest{SUFFIX}"
+    try:
+        kept = read_entry(path, MAGIC, FORMAT, key, "digest")
+        if isinstance(kept, str) and len(kept) == 64:
+            return kept
+    except FileNotFoundError:
+        pass
+    except (Unreadable, KeyError, TypeError, ValueError) as e:
+        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    digest = h.hexdigest()
+    try:
+        write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, "digest": digest})
+    except (ValueError, OSError) as e:
+        log.debug("step cache: %s: not written (%s)", path, e)
+    return digest
 
 
 def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
