@@ -106,24 +106,45 @@ def test_the_fast_forward_on_a_compiled_step_changes_no_figure(mode, llama, monk
         _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
 
 
-def test_a_tensorrt_llm_decode_instance_stepped_alone_changes_no_figure(monkeypatch):
-    # a split run's TensorRT-LLM decode instances run in serving.decode_pass: open loops, batch
-    # limits within the budget, tight KV caches (admission waits for blocks), both clocks
+@pytest.mark.parametrize("engine", ["trtllm", "vllm"])
+def test_a_decode_instance_stepped_alone_changes_no_figure(engine, monkeypatch):
+    # a split run's TensorRT-LLM and vLLM decode instances run in serving.decode_pass: open loops,
+    # batch limits within the budget, tight KV caches (TensorRT-LLM's admission waits for blocks;
+    # vLLM's falls back to the event loop where its blocks could run out), both clocks
     from perfcast.serving import decode_pass
 
     ran = []
     real = decode_pass.run
     monkeypatch.setattr(decode_pass, "run", lambda loop, y: ran.append(y.name) or real(loop, y))
-    cases = [dict(c, engine="trtllm", spec=False, router="round_robin", max_batch_size=c["max_batch_size"] or 8,
+    cases = [dict(c, engine=engine, spec=False, router="round_robin", max_batch_size=c["max_batch_size"] or 8,
                   workload=dataclasses.replace(c["workload"], concurrency=None,
                                                rate=c["workload"].rate or 50.0, cv=c["workload"].cv or 1.0))
              for c in _cases(40, seed=5)]
     fast = [_run(c, "disagg") for c in cases]
-    assert len(ran) >= 60
+    assert len(ran) >= 40
     monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
     monkeypatch.setattr(disagg, "SPLIT", False)
     for c, f in zip(cases, fast):
-        _same(f, _run(c, "disagg"), f"trtllm {c['workload']}")
+        _same(f, _run(c, "disagg"), f"{engine} {c['workload']}")
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_a_vllm_decode_instance_takes_its_last_block_on_its_last_step(blocks, monkeypatch):
+    # one request at a time whose last decode step crosses into a new block: the decode pool's
+    # peak is that block (vLLM takes blocks as tokens come), in the split loop and the joint one
+    s = scheduler_config("vllm", max_batch_size=8, max_num_tokens=2048)
+    bs = s.kv_cache(100_000).block_size
+    isl, osl = 4 * bs, blocks * bs + 2         # isl + osl − 1 = 4 + blocks blocks + 1 token
+    w = Workload(trace=Trace((0.0, 100.0, 200.0), (isl,) * 3, (osl,) * 3), num_requests=3, warmup=0)
+
+    def peak():
+        r, _ = simulate_disagg(PoolSpec(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s),
+                               PoolSpec(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s), w, transfer_s=lambda n: 0.001)
+        return r.kv_peak_tokens
+
+    assert peak() == (5 + blocks) * bs
+    monkeypatch.setattr(disagg, "SPLIT", False)
+    assert peak() == (5 + blocks) * bs
 
 
 def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypatch):

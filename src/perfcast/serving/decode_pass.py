@@ -24,15 +24,26 @@ if TYPE_CHECKING:
 
 
 def applies(loop: _Loop, y: _Instance) -> bool:
-    """The loop below is the instance's: TensorRT-LLM, no speculative decoding, no trace, and a
-    batch limit within the token budget (a decode step never leaves a request out)."""
-    cfg = y.eng.cfg
-    return (cfg.policy == "trtllm" and loop.spec is None and y.trace is None and cfg.max_num_seqs is not None
-            and cfg.max_num_seqs <= cfg.max_num_tokens)
+    """The loop below is the instance's: no speculative decoding, no trace, a batch limit within
+    the token budget (a decode step never leaves a request out), and TensorRT-LLM — or vLLM when
+    its KV cache holds a full batch of its longest requests at full length (its blocks, taken as
+    the tokens come, never run out: nothing is preempted)."""
+    e = y.eng
+    cfg = e.cfg
+    if loop.spec is not None or y.trace is not None or cfg.max_num_seqs is None \
+            or cfg.max_num_seqs > cfg.max_num_tokens:
+        return False
+    if cfg.policy == "trtllm":
+        return True
+    longest = max((e.isl[j[3]] + e.osl[j[3]] - 1 for j in y.joins), default=0)
+    return cfg.policy == "vllm" and cfg.max_num_seqs * -(-longest // e.bs) <= e.pool.available
 
 
 def run(loop: _Loop, y: _Instance) -> None:
-    """Serve ``y.joins`` (transfer arrivals ``(time, _, _, request, y)`` in time order) on ``y``."""
+    """Serve ``y.joins`` (transfer arrivals ``(time, _, _, request, y)`` in time order) on ``y``.
+    TensorRT-LLM reserves a request's whole sequence at admission; vLLM takes the blocks of its
+    prompt and first token at admission, then one more each time a decode step crosses into a
+    new block (``schedule_vllm``: running requests grow first, then waiting ones are admitted)."""
     eng, run_, price = y.eng, y.run, y.price
     isl, osl, own, comp, gen = eng.isl, eng.osl, eng.own, eng.comp, eng.gen
     bs, pool, cap = eng.bs, eng.pool, eng.cfg.max_num_seqs
@@ -41,8 +52,11 @@ def run(loop: _Loop, y: _Instance) -> None:
     joins, last_arrival = y.joins, loop.last_arrival
     waiting: deque[int] = deque()
     leave: dict[int, list[int]] = {}       # step number -> requests leaving after it
+    grow: dict[int, list[int]] = {}        # step number -> requests taking a block at its start (vLLM)
+    whole = eng.cfg.policy == "trtllm"
     tables: dict[int, tuple] = {}          # batch -> StepModel.decode_row
     rows = price.row
+    leave_at: dict[int, int] = {}
     t, j, step, bb, ctx, alive, slots, before = -math.inf, 0, 0, 0, 0, 0, 0, 0
     while True:
         while j < len(joins) and joins[j][0] <= t:   # (arrived by the step start: queued before it)
@@ -55,14 +69,28 @@ def run(loop: _Loop, y: _Instance) -> None:
                 break
             t = joins[j][0]                        # idle until the next arrival
             continue
+        s = step + 1                               # this step's number
+        if grow:
+            more = grow.pop(s, ())
+            for i in more:
+                own[i] += 1
+                if s + bs <= leave_at[i]:
+                    grow.setdefault(s + bs, []).append(i)
+            if not pool.alloc(len(more)):
+                raise RuntimeError(f"{y.name}: the KV blocks counted on were not there")
         new = []
-        while waiting and bb + len(new) < cap:     # admit_trtllm: the whole sequence reserved
+        while waiting and bb + len(new) < cap:     # admitted first come first served
             i = waiting[0]
-            need = -(-(isl[i] + osl[i] - 1) // bs)
+            need = -(-(isl[i] + (osl[i] - 1 if whole else 1)) // bs)
             if not pool.alloc(need):
                 break
             own[i] = need
             new.append(waiting.popleft())
+            if not whole:                          # (its first new block: when isl + j − 1 ≡ 0 mod bs)
+                leave_at[i] = s + osl[i] - 2
+                g = s + ((-isl[i]) % bs or bs)
+                if g <= leave_at[i]:
+                    grow.setdefault(g, []).append(i)
         if not bb and not new:
             raise RuntimeError(f"{y.name} stalled at t={t:.6g}s with {len(waiting)} waiting and 0 running requests")
         if t < last_arrival:
