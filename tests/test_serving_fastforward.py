@@ -106,7 +106,7 @@ def test_the_fast_forward_on_a_compiled_step_changes_no_figure(mode, llama, monk
         _same(f, _run(c, mode), f"{mode} {c['engine']} {c['workload']}")
 
 
-@pytest.mark.parametrize("engine", ["trtllm", "vllm"])
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
 def test_a_decode_instance_stepped_alone_changes_no_figure(engine, monkeypatch):
     # a split run's TensorRT-LLM and vLLM decode instances run in serving.decode_pass: open loops,
     # batch limits within the budget, tight KV caches (TensorRT-LLM's admission waits for blocks;
@@ -145,6 +145,34 @@ def test_a_vllm_decode_instance_takes_its_last_block_on_its_last_step(blocks, mo
     assert peak() == (5 + blocks) * bs
     monkeypatch.setattr(disagg, "SPLIT", False)
     assert peak() == (5 + blocks) * bs
+
+
+@pytest.mark.parametrize("ratio", [(2.5, 0.3, 40), (2.5, 0.9, 2000)], ids=["decaying", "held"])
+def test_an_sglang_decode_instance_admits_within_its_reserved_room(ratio, monkeypatch):
+    # with new_token_ratio above 1 (a profile may set it) the room, not the KV cache, holds
+    # requests back: the decode pass admits as _sglang_admit_prefilled does, the ratio decaying
+    from perfcast.serving import decode_pass
+
+    base = scheduler_config("sglang", max_batch_size=8, max_num_tokens=2048)
+    s = dataclasses.replace(base, new_token_ratio=ratio)
+    kv = s.kv_cache(8 * 700)
+    w = Workload(Lengths("fixed", 300), Lengths("fixed", 200), num_requests=60, rate=80.0, seed=3)
+    ran = []
+    real = decode_pass.run
+    monkeypatch.setattr(decode_pass, "run", lambda loop, y: ran.append(y.name) or real(loop, y))
+
+    def served():
+        r, _ = simulate_disagg(PoolSpec(AffineStep(0.002, 1e-5), kv, s, 2), PoolSpec(AffineStep(0.01, 1e-5), kv, s),
+                               w, transfer_s=lambda n: 0.001)
+        return dataclasses.asdict(r)
+
+    split = served()
+    assert ran
+    monkeypatch.setattr(disagg, "_fast_forward", lambda *a, **k: None)
+    monkeypatch.setattr(disagg, "SPLIT", False)
+    joint = served()
+    _same(split, joint)
+    assert split["mean_batch"] < 7.5       # (the room held the batch below its limit)
 
 
 def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypatch):

@@ -17,6 +17,8 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+from .policies import decay_new_token_ratio
+from .scheduler import SGLANG_CLIP_MAX_NEW_TOKENS
 from .step import GRID
 
 if TYPE_CHECKING:
@@ -25,9 +27,10 @@ if TYPE_CHECKING:
 
 def applies(loop: _Loop, y: _Instance) -> bool:
     """The loop below is the instance's: no speculative decoding, no trace, a batch limit within
-    the token budget (a decode step never leaves a request out), and TensorRT-LLM — or vLLM when
-    its KV cache holds a full batch of its longest requests at full length (its blocks, taken as
-    the tokens come, never run out: nothing is preempted)."""
+    the token budget (a decode step never leaves a request out), and TensorRT-LLM — or vLLM or
+    SGLang when the KV cache holds a full batch of its longest requests at full length (their
+    blocks, taken as the tokens come, never run out: nothing is preempted or retracted; SGLang's
+    outputs within its clip of reserved new tokens)."""
     e = y.eng
     cfg = e.cfg
     if loop.spec is not None or y.trace is not None or cfg.max_num_seqs is None \
@@ -36,14 +39,19 @@ def applies(loop: _Loop, y: _Instance) -> bool:
     if cfg.policy == "trtllm":
         return True
     longest = max((e.isl[j[3]] + e.osl[j[3]] - 1 for j in y.joins), default=0)
-    return cfg.policy == "vllm" and cfg.max_num_seqs * -(-longest // e.bs) <= e.pool.available
+    clipped = cfg.policy == "sglang" and any(e.osl[j[3]] - 1 > SGLANG_CLIP_MAX_NEW_TOKENS for j in y.joins)
+    return cfg.policy in ("vllm", "sglang") and not clipped \
+        and cfg.max_num_seqs * -(-longest // e.bs) <= e.pool.available
 
 
 def run(loop: _Loop, y: _Instance) -> None:
     """Serve ``y.joins`` (transfer arrivals ``(time, _, _, request, y)`` in time order) on ``y``.
-    TensorRT-LLM reserves a request's whole sequence at admission; vLLM takes the blocks of its
-    prompt and first token at admission, then one more each time a decode step crosses into a
-    new block (``schedule_vllm``: running requests grow first, then waiting ones are admitted)."""
+    TensorRT-LLM reserves a request's whole sequence at admission; vLLM and SGLang take the blocks
+    of its prompt and first token at admission, then one more each time a decode step crosses into
+    a new block (``schedule_vllm``, ``_sglang_decode``); SGLang admits while ``PrefillAdder``'s room
+    — free tokens less the running requests' outstanding output × ``new_token_ratio``, taken before
+    the step's growth — holds the prompt and its output (``_sglang_admit_prefilled``), and its ratio
+    decays once per step."""
     eng, run_, price = y.eng, y.run, y.price
     isl, osl, own, comp, gen = eng.isl, eng.osl, eng.own, eng.comp, eng.gen
     bs, pool, cap = eng.bs, eng.pool, eng.cfg.max_num_seqs
@@ -53,7 +61,8 @@ def run(loop: _Loop, y: _Instance) -> None:
     waiting: deque[int] = deque()
     leave: dict[int, list[int]] = {}       # step number -> requests leaving after it
     grow: dict[int, list[int]] = {}        # step number -> requests taking a block at its start (vLLM)
-    whole = eng.cfg.policy == "trtllm"
+    whole, sglang = eng.cfg.policy == "trtllm", eng.cfg.policy == "sglang"
+    reserved = 0                           # SGLang: the running requests' outstanding output tokens
     tables: dict[int, tuple] = {}          # batch -> StepModel.decode_row
     rows = price.row
     leave_at: dict[int, int] = {}
@@ -70,6 +79,8 @@ def run(loop: _Loop, y: _Instance) -> None:
             t = joins[j][0]                        # idle until the next arrival
             continue
         s = step + 1                               # this step's number
+        if sglang:
+            room = pool.available * bs - reserved * eng.ratio
         if grow:
             more = grow.pop(s, ())
             for i in more:
@@ -81,11 +92,16 @@ def run(loop: _Loop, y: _Instance) -> None:
         new = []
         while waiting and bb + len(new) < cap:     # admitted first come first served
             i = waiting[0]
+            if sglang and isl[i] + osl[i] - 1 > room:
+                break
             need = -(-(isl[i] + (osl[i] - 1 if whole else 1)) // bs)
             if not pool.alloc(need):
                 break
             own[i] = need
             new.append(waiting.popleft())
+            if sglang:
+                room -= isl[i] + osl[i] - 1
+                reserved += osl[i] - 1
             if not whole:                          # (its first new block: when isl + j − 1 ≡ 0 mod bs)
                 leave_at[i] = s + osl[i] - 2
                 g = s + ((-isl[i]) % bs or bs)
@@ -118,6 +134,9 @@ def run(loop: _Loop, y: _Instance) -> None:
         start, t = t, t + d
         step += 1
         slots += bb
+        if sglang:
+            decay_new_token_ratio(eng)
+            reserved -= bb
         if alive:                                   # the requests stepped before: one gap each
             itl_v.append(t - start)
             itl_w.append(alive)
