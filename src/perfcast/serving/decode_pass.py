@@ -1,12 +1,12 @@
-"""A TensorRT-LLM decode instance of a split disaggregated run, stepped in one loop.
+"""A decode instance of a split disaggregated run, stepped in one loop.
 
 In a split run (:attr:`perfcast.serving.disagg._Loop.split`) a decode instance's second pass sees
-only its own transfer arrivals, all known in advance. Under TensorRT-LLM's capacity scheduler
-(GUARANTEED_NO_EVICT, :func:`perfcast.serving.policies.admit_trtllm`) with a batch limit within
-the token budget its steps are simple: at each step start every request whose KV has arrived
-(at or before that time) is admitted first come first served while a slot is free and blocks
-for its whole sequence can be reserved; every running request then decodes one token; a
-request leaves after its last. This loop runs exactly that, one step at a time, without the
+only its own transfer arrivals, all known in advance. With a batch limit within the token budget,
+and — for vLLM and SGLang — a KV cache that can never run out (:func:`applies`), its steps are
+simple: at each step start every request whose KV has arrived (at or before that time) is admitted
+first come first served while a slot is free (TensorRT-LLM reserving blocks for its whole sequence,
+:func:`perfcast.serving.policies.admit_trtllm`; SGLang within its reserved room); every running
+request then decodes one token; a request leaves after its last. This loop runs exactly that, one step at a time, without the
 event heap, the scheduler or the fast-forward's array bookkeeping — the figures of the joint
 loop (``tests/test_serving_fastforward.py`` compares them).
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .policies import decay_new_token_ratio
 from .scheduler import SGLANG_CLIP_MAX_NEW_TOKENS
-from .step import GRID
+from .step_grid import GRID, on_row
 
 if TYPE_CHECKING:
     from .disagg import _Instance, _Loop
@@ -128,9 +128,7 @@ def run(loop: _Loop, y: _Instance) -> None:
                     rows = None
                     d = price.decode(bb, ctx)
             if rows is not None:
-                dense, row = tab
-                f = x / GRID - k
-                d = dense + (row[k] + f * (row[k + 1] - row[k]))
+                d = tab[0] + on_row(tab[1], x)
         start, t = t, t + d
         step += 1
         slots += bb
@@ -156,7 +154,6 @@ def run(loop: _Loop, y: _Instance) -> None:
             comp[i], gen[i], last[i] = isl[i] + osl[i] - 1, osl[i], t
             pool.release(own[i])
             own[i] = 0
-            run_.finish[i] = t
             run_.done += 1
             loop._complete(i, t)
     run_.steps += step

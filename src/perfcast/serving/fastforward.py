@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .policies import Engine, decay_new_token_ratio
-from .step import GRID
+from .step_grid import on_row
 
 if TYPE_CHECKING:
     from .sim import _Pricer, _Run
@@ -88,10 +88,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
                     price.row = None
                     continue
                 dense, row = table
-            x = ctx / bb
-            i = int(x // GRID)
-            f = x / GRID - i
-            d = dense + (row[i] + f * (row[i + 1] - row[i]))
+            d = dense + on_row(row, ctx / bb)
         t += d
         times.append(t)
         batches.append(bb)

@@ -54,7 +54,7 @@ from perfcast.inference.textgen import Request, make_model
 from perfcast.ir import UserError, dim
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving import step_cache
-from perfcast.serving.step_grid import GRID, decode_attention, on_grid, prefill_on_grid
+from perfcast.serving.step_grid import GRID, decode_attention, on_grid, on_row, prefill_on_grid
 from perfcast.serving.types import Mix
 
 #: Performance models a step model can be compiled for: closed forms only.
@@ -226,9 +226,7 @@ class StepModel:
             grid = np.arange(n, dtype=float) * GRID
             row = np.broadcast_to(fn(grid), grid.shape).tolist()
             rows[key] = row
-        i = int(context // GRID)
-        f = context / GRID - i
-        return row[i] + f * (row[i + 1] - row[i])
+        return on_row(row, context)
 
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
         part = self._part_of[(True, tokens)]

@@ -65,6 +65,8 @@ _ARRAY_FUNCTIONS = ("select", "where", "amax", "amin", "array", "asarray", "broa
 #: Code flags of anything but a plain function: *args, **kwargs, generators, coroutines.
 _FREE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE \
     | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_NESTED
+
+
 @functools.cache
 def _printer_names() -> dict[str, object]:
     names = {n: getattr(np, n) for n in dir(np) if isinstance(getattr(np, n, None), np.ufunc)}
@@ -99,8 +101,8 @@ def package_digest() -> str:
     except (Unreadable, KeyError, TypeError, ValueError) as e:
         log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
     h = hashlib.sha256()
-    for p in files:
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    for p, (rel, _, _) in zip(files, stats):
+        h.update(rel.encode() + b"\0" + p.read_bytes())
     digest = h.hexdigest()
     try:
         write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, "digest": digest})

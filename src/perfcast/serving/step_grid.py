@@ -9,6 +9,14 @@ import numpy as np
 GRID = 16
 
 
+def on_row(row: list[float], context: float) -> float:
+    """A row of grid points (``row[i]`` at context ``i · GRID``) at ``context``, linear between its
+    neighbours: :meth:`StepModel._row`'s interpolation, and the fast-forward's and decode pass's."""
+    i = int(context // GRID)
+    f = context / GRID - i
+    return row[i] + f * (row[i + 1] - row[i])
+
+
 def on_grid(parts: list, part_ix, cols: tuple, context) -> np.ndarray:
     """``parts[part_ix].attention(*cols, c)`` interpolated on the 16-token grid of ``c`` as
     :meth:`StepModel._row` interpolates its rows; each distinct (part, cols, grid point) once."""
