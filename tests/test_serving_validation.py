@@ -86,3 +86,34 @@ def test_the_decisions_are_reported_per_named_population(doc):
     assert {p["key"] for p in d["populations"]} <= {"llama-3.1-8b-h100-trtllm", "stratified"}
     for p in d["populations"]:
         assert set(p["models"]) == {"analytic", "roofline", "load only"}
+
+
+
+def test_the_replays_of_one_model_and_device_run_in_one_process_in_file_order(cases, monkeypatch):
+    """A compiled step model's lazily evaluated rows make a replay depend on the rows replayed
+    before it on the same step model; the parallel replay must therefore keep every row of a
+    model and device in one process, in file order. A stand-in replay numbers its calls per
+    (step model, model, device) in its process: one process and two give the same numbers only
+    if that holds."""
+    from perfcast.inference.validation import Prediction
+    from perfcast.serving import validation
+    from perfcast.serving.replay import Replay
+
+    seen: dict[tuple, int] = {}
+
+    def numbered(case, step_model, seed):
+        key = (step_model, case.model, case.device)
+        seen[key] = seen.get(key, 0) + 1
+        return Replay(ttft_ms=float(seen[key]), tpot_ms=float(len(seen)))
+
+    monkeypatch.setattr(validation, "replay", numbered)
+    rows = [c for c in cases.values() if c.predictable and c.mode == "agg"][::25][:80]
+    assert len({(c.model, c.device) for c in rows}) >= 3
+    preds = {m: [Prediction(c, m) for c in rows] for m in ("analytic", "roofline", "profiling")}
+    outs = []
+    for jobs in (1, 2):
+        seen.clear()
+        outs.append(validation.augment(preds, jobs=jobs))
+    ttft = [[p.ttft_serving_ms for p in out[m]] for out in outs for m in ("analytic", "roofline")]
+    assert ttft[:2] == ttft[2:] and max(ttft[0]) > 1
+    assert all(p.ttft_serving_ms is None for out in outs for p in out["profiling"])  # no closed form: no replay

@@ -14,40 +14,79 @@ import numpy as np
 from perfcast.inference.steps import BASELINE
 from perfcast.inference.validation import Prediction, ValidationRequest
 from perfcast.inference.validation import run as run_steps
-from perfcast.serving.replay import replay
+from perfcast.serving.replay import Replay, replay
 
 #: The step model each validation column replays with.
 STEP_MODEL = {"analytic": "analytic", BASELINE: "roofline"}
 
 
-def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=None) -> dict[str, list[Prediction]]:
-    """``progress(done, total)``: called after each prediction (a progress bar's hook)."""
-    out = {}
-    total, done = sum(len(v) for v in predictions.values()), 0
+def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=None,
+            jobs: int | None = None) -> dict[str, list[Prediction]]:
+    """``progress(done, total)``: called as replays finish (a progress bar's hook). The replays
+    run in ``jobs`` forked processes (default: every core this process may use), one task per
+    model and device — every row that could share a compiled step model replayed in one
+    process, in file order, as one process would replay them — so the figures do not depend on
+    ``jobs`` (a test compares one process with two)."""
+    todo: dict[tuple, list[tuple[str, int]]] = {}
     for model, preds in predictions.items():
         step_model = STEP_MODEL.get(model)
         if step_model is None:  # the profiling model has no closed form to compile a step model from
-            out[model] = preds
             continue
-        mine = []
-        for p in preds:
+        for i, p in enumerate(preds):
             if p.reason is None and p.case.mode in ("agg", "disagg"):
-                r = replay(p.case, step_model, seed)
-                if r.reason is None:
-                    p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
-            done += 1
-            if progress is not None:
-                progress(done, total)
+                todo.setdefault((step_model, p.case.model, p.case.device), []).append((model, i))
+    total = sum(len(v) for v in predictions.values())
+    done = total - sum(len(v) for v in todo.values())
+    tasks = [([predictions[m][i].case for m, i in rows], key[0], seed, rows) for key, rows in todo.items()]
+    replayed: dict[tuple[str, int], Replay] = {}
+    for rows, reps in _map(_replayed, [t[:3] for t in tasks], [t[3] for t in tasks], jobs):
+        replayed.update(zip(rows, reps))
+        done += len(rows)
+        if progress is not None:
+            progress(done, total)
+    out = {}
+    for model, preds in predictions.items():
+        mine = []
+        for i, p in enumerate(preds):
+            r = replayed.get((model, i))
+            if r is not None and r.reason is None:
+                p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
             mine.append(p)
         out[model] = mine
     return out
 
 
-def run(req: ValidationRequest, *, serving: bool = True, progress=None) -> dict:
-    """The validation document, with the serving replay and its decisions when ``serving``."""
+def _replayed(args) -> list[Replay]:
+    cases, step_model, seed = args
+    return [replay(c, step_model, seed) for c in cases]
+
+
+def _map(fn, args: list, keys: list, jobs: int | None):
+    """``(keys[i], fn(args[i]))`` as each finishes: in forked processes where there are two or more
+    cores and tasks (the largest first, for balance), else in order in this process."""
+    import multiprocessing
+    import os
+
+    jobs = jobs or len(os.sched_getaffinity(0))
+    if jobs < 2 or len(args) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for a, k in zip(args, keys):
+            yield k, fn(a)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    order = sorted(range(len(args)), key=lambda i: -len(keys[i]))
+    with ProcessPoolExecutor(min(jobs, len(args)), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(fn, args[i]): keys[i] for i in order}
+        for f in as_completed(futures):
+            yield futures[f], f.result()
+
+
+def run(req: ValidationRequest, *, serving: bool = True, progress=None, jobs: int | None = None) -> dict:
+    """The validation document, with the serving replay and its decisions when ``serving``
+    (replayed in ``jobs`` processes: :func:`augment`)."""
     if not serving:
         return run_steps(req)
-    doc = run_steps(req, augment=lambda preds: augment(preds, req.seed, progress))
+    doc = run_steps(req, augment=lambda preds: augment(preds, req.seed, progress, jobs))
     doc["decisions"] = decisions(doc)
     return doc
 
