@@ -12,8 +12,8 @@ Targets (median |error|): Llama-3.1-8B / H100 / TRT-LLM TPOT ≤ 5 %, TTFT ≤ 1
 (seed 0) TPOT ≤ 12 %, TTFT ≤ 25 %.
 
 Run: ``make validate-serving`` (or ``.venv/bin/python benchmarks/serving_targets.py [--population
-NAME]``); the stratified sample takes tens of minutes on two cores (one step model per distinct
-deployment).
+NAME]``); the stratified sample takes tens of minutes (one step model per distinct deployment, compiled
+on every core: ``perfcast.serving.validation.augment``).
 """
 
 from __future__ import annotations
