@@ -146,6 +146,7 @@ TG = ("text-generate", "qwen3-8b")
      "--engine-file: give a profile file or a shipped engine's name ('vllm'), not both"),
     (["validate", "--population", "published", "--seed", "1"],
      "--seed: draws the stratified sample; --population published is not drawn"),
+    (["validate", "--subset", "ci", "--jobs", "2"], "--jobs: sets the processes of the serving replay; add --serving"),
 ])
 def test_a_flag_that_does_not_apply_is_refused(argv, message):
     assert refused(*argv) == f"perfcast {argv[0]}: error: {message}"

@@ -40,6 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--serving", action="store_true",
                    help="also replay every aggregated row with `perfcast serve` at its concurrency (TPOT and TTFT "
                         "under load; seconds per distinct deployment)")
+    p.add_argument("--jobs", type=count(1, 1024), metavar="N",
+                   help="processes for the --serving replay (default: the CPUs available)")
     p.add_argument("--rows", metavar="FILE", help="write one line per row (.csv, or .json) with its mapping and predictions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_report_arguments(p)
@@ -70,7 +72,8 @@ def run(args) -> int:
         if m not in PERFORMANCE_MODELS:
             raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
     refuse(args, ("--seed", args.population in (None, "stratified"),
-                  f"draws the stratified sample; --population {args.population} is not drawn"))
+                  f"draws the stratified sample; --population {args.population} is not drawn"),
+           ("--jobs", args.serving, "sets the processes of the serving replay; add --serving"))
     if args.rows and not args.rows.endswith((".csv", ".json")):
         raise UserError(f"--rows {args.rows}: expected a .csv or .json file name")
     report_paths(args)
@@ -83,7 +86,7 @@ def run(args) -> int:
 
     label = "validating: pricing the rows" + (", then replaying them with perfcast serve" if args.serving else "")
     with progress(args, label) as bar:
-        doc = validate(req, serving=args.serving, progress=bar)
+        doc = validate(req, serving=args.serving, progress=bar, jobs=args.jobs)
     if args.rows:
         try:
             report.write_rows(doc, args.rows)
