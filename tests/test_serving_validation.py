@@ -88,7 +88,6 @@ def test_the_decisions_are_reported_per_named_population(doc):
         assert set(p["models"]) == {"analytic", "roofline", "load only"}
 
 
-
 def test_the_replays_of_one_model_and_device_run_in_one_process_in_file_order(cases, monkeypatch):
     """A compiled step model's lazily evaluated rows make a replay depend on the rows replayed
     before it on the same step model; the parallel replay must therefore keep every row of a

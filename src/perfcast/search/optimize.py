@@ -316,24 +316,13 @@ def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None, executor
     """Every point's simulation: on the search's Ray cluster when it has one (a Ray driver is not
     forked), else in ``jobs`` forked processes (each inherits the compiled step models). The
     simulations are deterministic, so the split does not change a figure."""
-    import multiprocessing
-    import os
+    from perfcast.serving.forked import forked_map
 
-    if executor is not None and executor.name != "local":
-        for i, sim in executor.imap(_simulated, [(spec, p.candidate, p.closed_form) for p in todo]):
-            todo[i].simulation = sim
-        return
-    jobs = jobs or len(os.sched_getaffinity(0))
-    if jobs < 2 or len(todo) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for p in todo:
-            _confirm(spec, p)
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
-    todo = sorted(todo, key=lambda p: p.candidate.concurrency, reverse=True)  # the longest first: balanced
-    with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
-        for p, sim in zip(todo, pool.map(_simulated, [(spec, p.candidate, p.closed_form) for p in todo])):
-            p.simulation = sim
+    args = [(spec, p.candidate, p.closed_form) for p in todo]
+    runs = (executor.imap(_simulated, args) if executor is not None and executor.name != "local"
+            else forked_map(_simulated, args, jobs, size=lambda i: todo[i].candidate.concurrency))  # longest first
+    for i, sim in runs:
+        todo[i].simulation = sim
 
 
 def _simulated(args) -> ServingResult:

@@ -14,6 +14,7 @@ import numpy as np
 from perfcast.inference.steps import BASELINE
 from perfcast.inference.validation import Prediction, ValidationRequest
 from perfcast.inference.validation import run as run_steps
+from perfcast.serving.forked import forked_map
 from perfcast.serving.replay import Replay, replay
 
 #: The step model each validation column replays with.
@@ -37,9 +38,11 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
                 todo.setdefault((step_model, p.case.model, p.case.device), []).append((model, i))
     total = sum(len(v) for v in predictions.values())
     done = total - sum(len(v) for v in todo.values())
-    tasks = [([predictions[m][i].case for m, i in rows], key[0], seed, rows) for key, rows in todo.items()]
+    groups = list(todo.items())
+    tasks = [([predictions[m][i].case for m, i in rows], step_model, seed) for (step_model, *_), rows in groups]
     replayed: dict[tuple[str, int], Replay] = {}
-    for rows, reps in _map(_replayed, [t[:3] for t in tasks], [t[3] for t in tasks], jobs):
+    for g, reps in forked_map(_replayed, tasks, jobs, size=lambda g: len(groups[g][1])):
+        rows = groups[g][1]
         replayed.update(zip(rows, reps))
         done += len(rows)
         if progress is not None:
@@ -59,26 +62,6 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
 def _replayed(args) -> list[Replay]:
     cases, step_model, seed = args
     return [replay(c, step_model, seed) for c in cases]
-
-
-def _map(fn, args: list, keys: list, jobs: int | None):
-    """``(keys[i], fn(args[i]))`` as each finishes: in forked processes where there are two or more
-    cores and tasks (the largest first, for balance), else in order in this process."""
-    import multiprocessing
-    import os
-
-    jobs = jobs or len(os.sched_getaffinity(0))
-    if jobs < 2 or len(args) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for a, k in zip(args, keys):
-            yield k, fn(a)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    order = sorted(range(len(args)), key=lambda i: -len(keys[i]))
-    with ProcessPoolExecutor(min(jobs, len(args)), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(fn, args[i]): keys[i] for i in order}
-        for f in as_completed(futures):
-            yield futures[f], f.result()
 
 
 def run(req: ValidationRequest, *, serving: bool = True, progress=None, jobs: int | None = None) -> dict:
