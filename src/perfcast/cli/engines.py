@@ -104,6 +104,8 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
         for name, setting in p.scheduler:
             if hasattr(setting, "value") and hasattr(setting, "sources"):
                 sc.add_row(name, str(setting.value), setting.sources[0])
+            elif hasattr(setting, "sources"):   # a group of values (SGLang's new_token_ratio, TRT-LLM's batch_wait)
+                sc.add_row(name, ", ".join(f"{k} {v:g}" for k, v in setting if k != "sources"), setting.sources[0])
         console.print(sc)
     return 0
 

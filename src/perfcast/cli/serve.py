@@ -66,6 +66,12 @@ def add_parser(sub) -> None:
     s.add_argument("--max-num-tokens", type=count(), help="token budget of a step")
     s.add_argument("--chunked-prefill", action="store_true", default=None, help="split prompts over steps")
     s.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false", help="whole prompts")
+    s.add_argument("--batch-wait-iters", type=count(0), metavar="N",
+                   help="TensorRT-LLM batch_wait_timeout_iters: hold prompts out of steps with decodes for up to N "
+                        "steps (default 0: off)")
+    s.add_argument("--batch-wait-max-tokens-ratio", type=Number(minimum=0, maximum=1, why="a share"), metavar="R",
+                   help="TensorRT-LLM batch_wait_max_tokens_ratio: release held prompts once the step's tokens reach "
+                        "R × max num tokens (default 0)")
     s.add_argument("--kv-capacity", type=count(), metavar="TOKENS",
                    help="KV-cache tokens per instance (default: from the memory model and the engine's memory "
                         "fraction)")
@@ -233,7 +239,11 @@ def run(args) -> int:
            ("--cv", bool(args.request_rate), "shapes the gaps of --request-rate arrivals"),
            ("--chrome-trace", args.tier != "closed-form", "writes the simulation's timeline; --tier closed-form "
                                                           "runs none"),
-           ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"))
+           ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"),
+           ("--batch-wait-iters", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
+                                                              "does not model batch waiting"),
+           ("--batch-wait-max-tokens-ratio", args.tier != "closed-form", "holds prompts in the simulation; the "
+                                                                         "closed form does not model batch waiting"))
     report_paths(args)
     layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
                     attention_dp=args.attention_dp)
@@ -246,7 +256,9 @@ def run(args) -> int:
                      speculative=_speculative(args), slo=slo, tier=args.tier,
                      trace=bool(args.chrome_trace or args.plot or args.html),
                      max_load=args.max_load,
-                     disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]))
+                     disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]),
+                     batch_wait=None if args.batch_wait_iters is None and args.batch_wait_max_tokens_ratio is None
+                     else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0))
     from perfcast.cli.progress import progress
 
     with progress(args, f"serving {args.model}: compiling the step model, simulating"):

@@ -265,6 +265,16 @@ class TokenRatio(_Strict):
     sources: Sources
 
 
+class BatchWait(_Strict):
+    """TensorRT-LLM's batch waiting: context requests held out of steps that carry generation
+    requests until ``timeout_iters`` steps have waited or the step's tokens reach
+    ``max_tokens_ratio`` × ``max_num_tokens`` (0 and 0: off, the default)."""
+
+    timeout_iters: Annotated[int, Field(strict=True, ge=0)]
+    max_tokens_ratio: Annotated[float, Field(ge=0, le=1)]
+    sources: Sources
+
+
 class SchedulerSection(_Strict):
     """The engine's batching loop (``policy``: whose ``schedule`` the simulation runs) and its
     defaults, each with the engine code path that sets it."""
@@ -281,6 +291,7 @@ class SchedulerSection(_Strict):
     admission: ChoiceSetting
     max_prefill_tokens: CountSetting | None = None
     new_token_ratio: TokenRatio | None = None
+    batch_wait: BatchWait | None = None
 
     @model_validator(mode="after")
     def _choices(self):

@@ -164,6 +164,8 @@ class Case:
     prefill_layout: Layout | None = None  # disaggregated: the prefill workers' layout, as stated
     prefill_workers: int | None = None
     decode_workers: int | None = None
+    max_num_tokens: int | None = None     # the campaign's step token budget (perfcast.inference.recipes)
+    batch_wait: tuple[int, float] | None = None  # its TensorRT-LLM batch waiting
 
     @property
     def num_queries(self) -> int:
@@ -332,6 +334,8 @@ def map_row(row: dict) -> Case:
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
     base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
+    if base.benchmark == "inferencex":
+        base = _with_recipe(base, row)
     if base.mode == "disagg":
         pre_layout, _, why_p, _ = _layout(row, catalog_model(base.model).data, True, "prefill_")
         base = replace(base, prefill_layout=None if why_p else pre_layout,
@@ -345,6 +349,25 @@ def map_row(row: dict) -> Case:
     except (UserError, SpecError) as e:
         return replace(base, reason=f"refused by perfcast: {e}")
     return base
+
+
+def _with_recipe(case: Case, row: dict) -> Case:
+    """``case`` with the engine settings its campaign's script launched it with, where
+    :mod:`perfcast.inference.recipes` transcribes them: the KV-cache dtype (where the row states
+    none), the step token budget and TensorRT-LLM's batch waiting, and a note naming the script."""
+    from perfcast.inference.recipes import RECIPE_NOTE, recipe_of
+
+    r = recipe_of(case.model_path, case.backend, case.system, row.get("precision", ""), case.isl, case.osl,
+                  case.layout.tp)
+    if r is None:
+        return case
+    kv = case.kv_dtype or r.kv_cache_dtype
+    wait = (f", batch_wait_timeout_iters {r.batch_wait[0]}, batch_wait_max_tokens_ratio {r.batch_wait[1]:g}"
+            if r.batch_wait else "")
+    note = (f"{RECIPE_NOTE}: KV cache {kv}, max num tokens {r.max_num_tokens}{wait} "
+            f"({r.source})")
+    return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
+                   notes=case.notes + (note,))
 
 
 def phases(case: Case) -> tuple[bool, ...]:

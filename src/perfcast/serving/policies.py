@@ -21,7 +21,10 @@ emits a token for every request whose computed tokens reach ``P + g``.
 - :func:`schedule_trtllm` — TRT-LLM ``SimpleScheduler``: the GUARANTEED_NO_EVICT capacity
   scheduler admits a request only if blocks for its whole sequence can be reserved; the
   micro-batch scheduler then fills ``max_num_tokens`` with generation requests and whole (or,
-  chunked, block-aligned) context requests in one step. Nothing is ever preempted.
+  chunked, block-aligned) context requests in one step. Nothing is ever preempted. With batch
+  waiting on (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``), ``PyExecutor._schedule``
+  then holds the context requests out of a step that also carries generation requests until
+  enough steps have waited or enough tokens are scheduled (:func:`_batch_wait`).
 
 A request marked ``prefilled`` (on a disaggregated decode instance: its prompt's KV came from a
 prefill instance, which emitted its first token) holds blocks for its prompt but computes none of
@@ -71,6 +74,7 @@ class Engine:
         self.prefilled = [False] * n             # prompt KV computed elsewhere (a disaggregated decode instance)
         ratio = sched.new_token_ratio
         self.ratio = ratio[0] if ratio else 0.0
+        self.waited = 0                          # TRT-LLM's batch_wait_iters_count
 
     # -- KV blocks ---------------------------------------------------------------------------------
 
@@ -360,7 +364,26 @@ def schedule_trtllm(e: Engine) -> Planned:
             break
         out.append((i, n, False))
         budget -= n
-    return out
+    return _batch_wait(e, out) if cfg.waits else out
+
+
+def _batch_wait(e: Engine, out: Planned) -> Planned:
+    """TRT-LLM ``PyExecutor._schedule`` / ``_waiting_requests`` (tensorrt_llm/_torch/pyexecutor/
+    py_executor.py): a step with both context and generation requests runs its generation requests
+    alone — one more step waited — unless ``batch_wait_timeout_iters`` steps have waited or the
+    step's tokens (each context request's whole prompt, ``len(get_tokens(0))``; ``1 + draft`` per
+    generation request) reach ``batch_wait_max_tokens_ratio × max_num_tokens``; releasing the
+    context requests resets the count. A step without generation requests never waits."""
+    gen = [x for x in out if x[2]]
+    if len(gen) == len(out) or not gen:
+        return out
+    iters, ratio = e.cfg.batch_wait
+    tokens = sum(n for _, n, _ in gen) + sum(e.isl[i] for i, _, d in out if not d)
+    if e.waited >= iters or tokens >= ratio * e.cfg.max_num_tokens:
+        e.waited = 0
+        return out
+    e.waited += 1
+    return gen
 
 
 SCHEDULERS = {"vllm": schedule_vllm, "sglang": schedule_sglang, "trtllm": schedule_trtllm}

@@ -13,8 +13,10 @@ The workload is the client's, as far as the row says who measured it
 - **gap-analysis** rows (aiconfigurator's own collections): the client is not stated; perfcast
   assumes the same client with fixed lengths (the row's ``isl`` / ``osl``) and says so.
 
-The engine is the row's backend with its documented defaults; the row's batch size is the
-engine's maximum batch (InferenceMAX launches ``--max-num-seqs $CONC``).
+The engine is the row's backend with its documented defaults, but for the settings its
+campaign's launch script states (:mod:`perfcast.inference.recipes`: KV-cache dtype, step token
+budget, TensorRT-LLM batch waiting); the row's batch size is the engine's maximum batch
+(InferenceMAX launches ``--max-num-seqs $CONC``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
     workload, assumed = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
-                              max_batch_size=case.batch, tier="simulation", disagg=disagg))
+                              max_batch_size=case.batch, max_num_tokens=case.max_num_tokens, tier="simulation",
+                              disagg=disagg, batch_wait=case.batch_wait))
     except (UserError, SpecError) as e:
         return Replay(reason=f"refused by perfcast serve: {e}")
     r = rep.results["simulation"]

@@ -39,6 +39,10 @@ class SchedulerConfig:
     max_prefill_tokens: int | None = None
     new_token_ratio: tuple[float, float, int] | None = None  # (init, min_factor, decay_steps)
     engine: str = ""
+    #: TensorRT-LLM batch waiting (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``):
+    #: context requests held back from steps with generation requests until that many steps have
+    #: waited or the step's tokens reach the ratio of ``max_num_tokens``; (0, 0.0): off
+    batch_wait: tuple[int, float] = (0, 0.0)
 
     def __post_init__(self):
         if self.policy not in ("vllm", "sglang", "trtllm"):
@@ -47,6 +51,18 @@ class SchedulerConfig:
             checked_number(getattr(self, name), f"scheduler {name}", integer=True, positive=True)
         if self.max_num_seqs is not None:
             checked_number(self.max_num_seqs, "--max-batch-size", integer=True, positive=True)
+        iters, ratio = self.batch_wait
+        checked_number(iters, "--batch-wait-iters", integer=True, minimum=0)
+        checked_number(ratio, "--batch-wait-max-tokens-ratio", minimum=0, maximum=1)
+        if self.waits and self.policy != "trtllm":
+            raise UserError(f"--batch-wait-iters / --batch-wait-max-tokens-ratio: batch waiting is TensorRT-LLM's "
+                            f"(batch_wait_timeout_iters, batch_wait_max_tokens_ratio); engine {self.engine or self.policy} "
+                            f"has none")
+
+    @property
+    def waits(self) -> bool:
+        """TensorRT-LLM's ``enable_batch_waiting``: either setting above zero."""
+        return self.batch_wait[0] > 0 or self.batch_wait[1] > 0
 
     def kv_cache(self, capacity_tokens: int, bytes_per_token: int = 0) -> KVCache:
         """A KV cache of at most ``capacity_tokens`` in this engine's blocks (rounded down to whole
@@ -59,10 +75,10 @@ class SchedulerConfig:
 
 def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
-                     mixed_chunk: bool | None = None) -> SchedulerConfig:
+                     mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
-    overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off and
-    (SGLang) mixed chunk."""
+    overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
+    (SGLang) mixed chunk and (TensorRT-LLM) batch waiting."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
     s = prof.scheduler
     if s is None:
@@ -75,15 +91,17 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         block_size=s.block_size_tokens.value, memory_fraction=s.memory_fraction.value,
         preemption=s.preemption.value, admission=s.admission.value,
         max_prefill_tokens=s.max_prefill_tokens.value if s.max_prefill_tokens else None,
-        new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name)
+        new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
+        batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0))
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
-                          chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk)
+                          chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait)
 
 
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
-                   chunked_prefill: bool | None = None, mixed_chunk: bool | None = None) -> SchedulerConfig:
+                   chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
+                   batch_wait: tuple[int, float] | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
-    changes = {}
+    changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
     if max_batch_size is not None:
         changes["max_num_seqs"] = checked_number(max_batch_size, "--max-batch-size", integer=True, positive=True)
     if max_num_tokens is not None:

@@ -46,6 +46,7 @@ class ServeSpec:
     trace: bool = False
     max_load: bool = False                  # every request queued at t = 0 (trtllm-bench, vLLM's throughput run)
     disagg: "Disagg | None" = None
+    batch_wait: tuple[int, float] | None = None  # TensorRT-LLM (batch_wait_timeout_iters, batch_wait_max_tokens_ratio)
 
 
 @dataclass(frozen=True)
@@ -117,13 +118,20 @@ def serve(spec: ServeSpec) -> ServeReport:
     if spec.workload.trace is not None and spec.tier == "both":
         spec = replace(spec, tier="simulation")  # the closed form takes lengths and a load, not a trace
     if spec.disagg is not None:
+        if spec.batch_wait is not None and any(spec.batch_wait):
+            raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: batch waiting holds prompts out of "
+                            "steps with decodes; a disaggregated pool runs only one of the two (drop --disagg or the "
+                            "batch wait)")
         from perfcast.serving.serve_disagg import serve_disagg
 
         return serve_disagg(spec)
     dep = spec.deployment
     sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
-                             chunked_prefill=spec.chunked_prefill)
+                             chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait)
+    if sched.waits and dep.layout.attention_dp:
+        raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
+                        "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")
     ranks = dep.layout.dp
     load = _rank_load(spec.workload, ranks)
     k = spec.speculative.k if spec.speculative else 0
@@ -256,9 +264,11 @@ def unpriced_note(step: StepModel, role: str = "") -> str | None:
 
 
 def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | None, ranks: int) -> list[str]:
+    wait = (f", batch waiting up to {sched.batch_wait[0]} steps or {sched.batch_wait[1]:g} × max num tokens "
+            f"(the closed form does not model it)" if sched.waits else "")
     out = [f"scheduler: {sched.policy} (max batch {sched.max_num_seqs or 'KV-bound'}, max num tokens "
            f"{sched.max_num_tokens}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, "
-           f"{sched.block_size}-token blocks)"]
+           f"{sched.block_size}-token blocks{wait})"]
     if mem is None:
         out.append(f"KV cache: {kv.capacity_tokens:,} tokens per instance, as given (--kv-capacity)")
     else:
