@@ -4,6 +4,8 @@ launch settings the validation applies to that campaign's rows (``perfcast.infer
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fuzzing import run_cli
@@ -132,7 +134,8 @@ def test_an_inferencex_row_takes_its_scripts_settings():
 
 
 def test_other_rows_keep_the_engines_defaults():
-    for c in (_case(benchmark="gap-analysis"), _case(model_path="Qwen/Qwen3-32B", gemm_quant_mode="float16")):
+    for c in (_case(benchmark="gap-analysis"), _case(model_path="Qwen/Qwen3-32B", gemm_quant_mode="none")):
+        assert c.predictable, c.reason
         assert (c.kv_dtype, c.max_num_tokens, c.batch_wait) == (None, None, None)
         assert not any(n.startswith(RECIPE_NOTE) for n in c.notes)
     assert recipe_of("meta-llama/Llama-3.1-70B", "sglang", "h200_sxm", "fp8", 1024, 1024, 1) is None
@@ -149,3 +152,45 @@ def test_the_replay_serves_with_the_scripts_settings(monkeypatch):
     rep = replay_mod.replay(_case())
     assert rep.reason == "refused by perfcast serve: stop here"
     assert (seen[0].max_num_tokens, seen[0].batch_wait, seen[0].deployment.kv_dtype) == (16384, (20, 0.9), "fp8")
+
+
+def test_gpt_oss_rows_take_their_budget_and_memory_fraction():
+    row = dict(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode="", isl="1024", osl="8192",
+               tp_size="1", batch_size="8", concurrency="8")
+    c = _case(**row)
+    assert c.predictable, c.reason
+    assert (c.kv_dtype, c.max_num_tokens, c.memory_fraction, c.batch_wait) == (None, 20000, 0.85, None)
+    assert "KV cache the model dtype" in c.notes[-1]
+    b200 = _case(**row, system="b200_sxm")
+    assert (b200.kv_dtype, b200.max_num_tokens, b200.memory_fraction) == ("fp8", 20000, 0.85)
+    vllm = _case(**row, backend="vllm")
+    assert (vllm.kv_dtype, vllm.max_num_tokens, vllm.memory_fraction) == (None, 8192, 0.9)
+
+
+def test_the_memory_fraction_sizes_the_kv_cache():
+    def capacity(*flags):
+        rc, out, err = run_cli("serve", "llama-3.1-8b", "--engine", "vllm", "--isl", "100", "--osl", "10",
+                               "--concurrency", "2", "--tier", "closed-form", "--json", *flags)
+        assert rc == 0, err
+        return json.loads(out)["kv_cache"]["capacity_tokens"]
+
+    default, half = capacity(), capacity("--memory-fraction", "0.45")
+    assert half < default / 2          # vLLM's share of all memory, the weights taken out of it first
+    rc, out, err = run_cli("serve", "llama-3.1-8b", "--isl", "100", "--osl", "10", "--concurrency", "2",
+                           "--kv-capacity", "100000", "--memory-fraction", "0.5")
+    assert (rc, out, err) == (2, "", "perfcast serve: error: --memory-fraction: sizes the KV cache from memory; "
+                                     "--kv-capacity gives its tokens\n")
+
+
+def test_a_batch_below_the_concurrency_is_not_an_engine_limit(monkeypatch):
+    c = _case(benchmark="gap-analysis", model_path="Qwen/Qwen3-32B", gemm_quant_mode="none", batch_size="8",
+              concurrency="32", tp_size="2")
+    assert c.predictable and not c.batch_limits
+    assert c.notes[-1] == ("engine max batch: batch_size 8 is below the concurrency 32; not taken as the engine's "
+                           "limit (its default serves the client's load)")
+    assert _case(benchmark="gap-analysis", model_path="Qwen/Qwen3-32B", gemm_quant_mode="none").batch_limits
+    seen = []
+    monkeypatch.setattr(replay_mod, "serve", lambda spec: seen.append(spec) or (_ for _ in ()).throw(UserError("x")))
+    replay_mod.replay(c)
+    replay_mod.replay(_case())
+    assert [s.max_batch_size for s in seen] == [None, 32]

@@ -72,6 +72,9 @@ def add_parser(sub) -> None:
     s.add_argument("--batch-wait-max-tokens-ratio", type=Number(minimum=0, maximum=1, why="a share"), metavar="R",
                    help="TensorRT-LLM batch_wait_max_tokens_ratio: release held prompts once the step's tokens reach "
                         "R × max num tokens (default 0)")
+    s.add_argument("--memory-fraction", type=Number(positive=True, maximum=1, why="a share"), metavar="F",
+                   help="the engine's memory share for the KV cache: vLLM --gpu-memory-utilization, SGLang "
+                        "--mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction (default: the engine's own)")
     s.add_argument("--kv-capacity", type=count(), metavar="TOKENS",
                    help="KV-cache tokens per instance (default: from the memory model and the engine's memory "
                         "fraction)")
@@ -240,6 +243,8 @@ def run(args) -> int:
            ("--chrome-trace", args.tier != "closed-form", "writes the simulation's timeline; --tier closed-form "
                                                           "runs none"),
            ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"),
+           ("--memory-fraction", args.kv_capacity is None, "sizes the KV cache from memory; --kv-capacity gives "
+                                                            "its tokens"),
            ("--batch-wait-iters", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
                                                               "does not model batch waiting"),
            ("--batch-wait-max-tokens-ratio", args.tier != "closed-form", "holds prompts in the simulation; the "
@@ -258,7 +263,8 @@ def run(args) -> int:
                      max_load=args.max_load,
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]),
                      batch_wait=None if args.batch_wait_iters is None and args.batch_wait_max_tokens_ratio is None
-                     else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0))
+                     else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0),
+                     memory_fraction=args.memory_fraction)
     from perfcast.cli.progress import progress
 
     with progress(args, f"serving {args.model}: compiling the step model, simulating"):

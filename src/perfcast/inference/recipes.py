@@ -23,6 +23,7 @@ class Recipe:
     kv_cache_dtype: str | None
     max_num_tokens: int | None
     batch_wait: tuple[int, float] | None
+    memory_fraction: float | None
     source: str
 
 
@@ -43,6 +44,8 @@ def _entries() -> tuple[dict, ...]:
             raise UserError(f"{where}: kv_cache_dtype {e['kv_cache_dtype']!r} (expected bf16, fp16 or fp8)")
         if e.get("max_num_tokens") is not None:
             checked_number(e["max_num_tokens"], f"{where}: max_num_tokens", integer=True, positive=True)
+        if e.get("memory_fraction") is not None:
+            checked_number(e["memory_fraction"], f"{where}: memory_fraction", positive=True, maximum=1)
         bw = e.get("batch_wait")
         if bw is not None:
             for key in ("isl", "osl", "tp_below", "timeout_iters"):
@@ -61,5 +64,6 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             wait = None
             if bw is not None and (isl, osl) == (bw["isl"], bw["osl"]) and tp < bw["tp_below"]:
                 wait = (int(bw["timeout_iters"]), float(bw["max_tokens_ratio"]))
-            return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, " ".join(e["source"].split()))
+            return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
+                          " ".join(e["source"].split()))
     return None

@@ -48,7 +48,8 @@ MAPPING_TEXT = {
                    "gemm_quant_mode / moe_quant_mode name, its KV cache in the model dtype where the row does not "
                    "state it (silicon_sample.csv does not; the static tables do) — but an InferenceX row whose "
                    "launch script perfcast transcribes (data/validation/inferencex_recipes.yaml) takes that "
-                   "script's KV-cache dtype, step token budget and TensorRT-LLM batch waiting; int4_wo's group size is assumed "
+                   "script's KV-cache dtype, step token budget, memory fraction and TensorRT-LLM batch "
+                   "waiting; int4_wo's group size is assumed "
                    "(128) and labelled approximate; each row is priced as its backend runs it (--engine trtllm, "
                    "vllm or sglang: that engine's kernels, launches and kernel fits)",
 }

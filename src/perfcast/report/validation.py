@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfcast.inference.recipes import RECIPE_NOTE
+from perfcast.inference.silicon import BATCH_NOTE
 from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
 from perfcast.report.document import check, write
 
@@ -164,7 +165,8 @@ def row_records(doc: dict) -> list[dict]:
                "measured_tpot_ms": _measured(c.tpot_ms), "measured_ttft_ms": _measured(c.ttft_ms),
                "engine": c.engine or "", "quantize": c.quantize or "", "layout": c.layout.describe() if c.layout else "",
                "approximate": " | ".join(c.approximate), "refused": c.reason or "",
-               "engine_settings": next((n for n in c.notes if n.startswith(RECIPE_NOTE)), ""), "command": command(c)}
+               "engine_settings": " | ".join(n for n in c.notes if n.startswith((RECIPE_NOTE, BATCH_NOTE))),
+               "command": command(c)}
         for m, p in by_case.get(c.id, {}).items():
             for mapping in MAPPINGS:
                 rec[f"{m} {mapping} tpot_ms"] = p.tpot_ms.get(mapping)

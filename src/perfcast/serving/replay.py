@@ -16,7 +16,8 @@ The workload is the client's, as far as the row says who measured it
 The engine is the row's backend with its documented defaults, but for the settings its
 campaign's launch script states (:mod:`perfcast.inference.recipes`: KV-cache dtype, step token
 budget, TensorRT-LLM batch waiting); the row's batch size is the engine's maximum batch
-(InferenceMAX launches ``--max-num-seqs $CONC``).
+(InferenceMAX launches ``--max-num-seqs $CONC``) unless it is below the row's concurrency
+(:func:`perfcast.inference.silicon._batch_limit`).
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
     workload, assumed = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
-                              max_batch_size=case.batch, max_num_tokens=case.max_num_tokens, tier="simulation",
-                              disagg=disagg, batch_wait=case.batch_wait))
+                              max_batch_size=case.batch if case.batch_limits else None,
+                              max_num_tokens=case.max_num_tokens, tier="simulation",
+                              disagg=disagg, batch_wait=case.batch_wait, memory_fraction=case.memory_fraction))
     except (UserError, SpecError) as e:
         return Replay(reason=f"refused by perfcast serve: {e}")
     r = rep.results["simulation"]

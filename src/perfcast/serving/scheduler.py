@@ -56,8 +56,8 @@ class SchedulerConfig:
         checked_number(ratio, "--batch-wait-max-tokens-ratio", minimum=0, maximum=1)
         if self.waits and self.policy != "trtllm":
             raise UserError(f"--batch-wait-iters / --batch-wait-max-tokens-ratio: batch waiting is TensorRT-LLM's "
-                            f"(batch_wait_timeout_iters, batch_wait_max_tokens_ratio); engine {self.engine or self.policy} "
-                            f"has none")
+                            f"(batch_wait_timeout_iters, batch_wait_max_tokens_ratio); engine "
+                            f"{self.engine or self.policy} has none")
 
     @property
     def waits(self) -> bool:
@@ -75,10 +75,11 @@ class SchedulerConfig:
 
 def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
-                     mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None) -> SchedulerConfig:
+                     mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
+                     memory_fraction: float | None = None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
-    (SGLang) mixed chunk and (TensorRT-LLM) batch waiting."""
+    (SGLang) mixed chunk, (TensorRT-LLM) batch waiting and the engine's memory fraction."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
     s = prof.scheduler
     if s is None:
@@ -94,14 +95,18 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
         batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0))
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
-                          chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait)
+                          chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
+                          memory_fraction=memory_fraction)
 
 
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
-                   batch_wait: tuple[int, float] | None = None) -> SchedulerConfig:
+                   batch_wait: tuple[int, float] | None = None,
+                   memory_fraction: float | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
+    if memory_fraction is not None:
+        changes["memory_fraction"] = checked_number(memory_fraction, "--memory-fraction", positive=True, maximum=1)
     if max_batch_size is not None:
         changes["max_num_seqs"] = checked_number(max_batch_size, "--max-batch-size", integer=True, positive=True)
     if max_num_tokens is not None:

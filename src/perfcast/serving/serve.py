@@ -47,6 +47,7 @@ class ServeSpec:
     max_load: bool = False                  # every request queued at t = 0 (trtllm-bench, vLLM's throughput run)
     disagg: "Disagg | None" = None
     batch_wait: tuple[int, float] | None = None  # TensorRT-LLM (batch_wait_timeout_iters, batch_wait_max_tokens_ratio)
+    memory_fraction: float | None = None    # the engine's share of memory for the KV cache (None: the engine's own)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def serve(spec: ServeSpec) -> ServeReport:
     dep = spec.deployment
     sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
-                             chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait)
+                             chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
+                             memory_fraction=spec.memory_fraction)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")

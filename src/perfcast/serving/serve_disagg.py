@@ -49,7 +49,8 @@ def pools_of(spec) -> Pools:
         # evenly over the ranks, as in aggregated serving)
         sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                                  max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
-                                 max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill)
+                                 max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill,
+                                 memory_fraction=spec.memory_fraction)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
