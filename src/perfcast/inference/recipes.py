@@ -1,17 +1,21 @@
-"""The engine settings a measured campaign launched its runs with (``data/validation/
-inferencex_recipes.yaml``): the KV-cache dtype, the step token budget and TensorRT-LLM's batch
-waiting of the InferenceX scripts, applied to that campaign's rows of ``silicon_sample.csv``
-in place of the engine's defaults. Transcribed launch flags, each with its script and commit;
-nothing fitted."""
+"""The engine settings a measured row is replayed with: those its campaign's launch scripts state
+(``data/validation/inferencex_recipes.yaml``: the KV-cache dtype, the step token budget, the
+memory fraction and TensorRT-LLM's batch waiting of the InferenceX scripts, in place of the
+engine's defaults), and whether the row's batch is the engine's batch limit. Transcribed launch
+flags, each with its script and commit; nothing fitted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from perfcast.inputs import checked_number
 from perfcast.inputs.yamlfile import load_yaml
 from perfcast.ir import UserError
+
+if TYPE_CHECKING:
+    from perfcast.inference.silicon import Case
 
 RECIPES = "inferencex_recipes.yaml"
 #: how a case's note naming its campaign's settings begins
@@ -67,3 +71,38 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
                           " ".join(e["source"].split()))
     return None
+
+
+#: how a case's note on its batch limit begins
+BATCH_NOTE = "engine max batch"
+
+
+def with_batch_limit(case: Case) -> Case:
+    """An aggregated row's batch (per rank, × its attention-DP ranks) is the engine's max batch
+    (InferenceMAX launches ``--max-num-seqs $CONC``: the batch is the concurrency) — except where it
+    is below the row's concurrency: a client keeping more requests in flight than the engine may
+    run would be measuring a queue the row does not describe, so that batch is not taken as a
+    limit (the engine's default limit serves the client's load), and the case says so."""
+    if case.mode != "agg" or not case.layout or case.concurrency <= case.num_queries:
+        return case
+    ranks = f" × {case.layout.dp} ranks" if case.layout.dp > 1 else ""
+    note = (f"{BATCH_NOTE}: batch_size {case.batch}{ranks} is below the concurrency {case.concurrency}; not taken "
+            f"as the engine's limit (its default serves the client's load)")
+    return replace(case, batch_limits=False, notes=case.notes + (note,))
+
+
+def with_recipe(case: Case, precision: str) -> Case:
+    """``case`` with the engine settings its campaign's script launched it with, where the recipes
+    transcribe them: the KV-cache dtype (where the row states none), the step token budget, the
+    memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
+    r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp)
+    if r is None:
+        return case
+    kv = case.kv_dtype or r.kv_cache_dtype
+    wait = (f", batch_wait_timeout_iters {r.batch_wait[0]}, batch_wait_max_tokens_ratio {r.batch_wait[1]:g}"
+            if r.batch_wait else "")
+    frac = f", memory fraction {r.memory_fraction:g}" if r.memory_fraction else ""
+    note = (f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, max num tokens {r.max_num_tokens}{wait}{frac} "
+            f"({r.source})")
+    return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
+                   memory_fraction=r.memory_fraction, notes=case.notes + (note,))

@@ -167,7 +167,7 @@ class Case:
     max_num_tokens: int | None = None     # the campaign's step token budget (perfcast.inference.recipes)
     batch_wait: tuple[int, float] | None = None  # its TensorRT-LLM batch waiting
     memory_fraction: float | None = None  # its engine memory fraction
-    batch_limits: bool = True             # the row's batch is the engine's max batch (see :func:`_batch_limit`)
+    batch_limits: bool = True             # the row's batch is the engine's max batch (recipes.with_batch_limit)
 
     @property
     def num_queries(self) -> int:
@@ -336,9 +336,11 @@ def map_row(row: dict) -> Case:
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
     base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
+    from perfcast.inference.recipes import with_batch_limit, with_recipe
+
     if base.benchmark == "inferencex":
-        base = _with_recipe(base, row)
-    base = _batch_limit(base)
+        base = with_recipe(base, row.get("precision", ""))
+    base = with_batch_limit(base)
     if base.mode == "disagg":
         pre_layout, _, why_p, _ = _layout(row, catalog_model(base.model).data, True, "prefill_")
         base = replace(base, prefill_layout=None if why_p else pre_layout,
@@ -352,44 +354,6 @@ def map_row(row: dict) -> Case:
     except (UserError, SpecError) as e:
         return replace(base, reason=f"refused by perfcast: {e}")
     return base
-
-
-#: how a case's note on its batch limit begins
-BATCH_NOTE = "engine max batch"
-
-
-def _batch_limit(case: Case) -> Case:
-    """An aggregated row's batch (per rank, × its attention-DP ranks) is the engine's max batch
-    (InferenceMAX launches ``--max-num-seqs $CONC``: the batch is the concurrency) — except where it
-    is below the row's concurrency: a client keeping more requests in flight than the engine may
-    run would be measuring a queue the row does not describe, so that batch is not taken as a
-    limit (the engine's default limit serves the client's load), and the case says so."""
-    if case.mode != "agg" or not case.layout or case.concurrency <= case.num_queries:
-        return case
-    ranks = f" × {case.layout.dp} ranks" if case.layout.dp > 1 else ""
-    note = (f"{BATCH_NOTE}: batch_size {case.batch}{ranks} is below the concurrency {case.concurrency}; not taken "
-            f"as the engine's limit (its default serves the client's load)")
-    return replace(case, batch_limits=False, notes=case.notes + (note,))
-
-
-def _with_recipe(case: Case, row: dict) -> Case:
-    """``case`` with the engine settings its campaign's script launched it with, where
-    :mod:`perfcast.inference.recipes` transcribes them: the KV-cache dtype (where the row states
-    none), the step token budget and TensorRT-LLM's batch waiting, and a note naming the script."""
-    from perfcast.inference.recipes import RECIPE_NOTE, recipe_of
-
-    r = recipe_of(case.model_path, case.backend, case.system, row.get("precision", ""), case.isl, case.osl,
-                  case.layout.tp)
-    if r is None:
-        return case
-    kv = case.kv_dtype or r.kv_cache_dtype
-    wait = (f", batch_wait_timeout_iters {r.batch_wait[0]}, batch_wait_max_tokens_ratio {r.batch_wait[1]:g}"
-            if r.batch_wait else "")
-    frac = f", memory fraction {r.memory_fraction:g}" if r.memory_fraction else ""
-    note = (f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, max num tokens {r.max_num_tokens}{wait}{frac} "
-            f"({r.source})")
-    return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
-                   memory_fraction=r.memory_fraction, notes=case.notes + (note,))
 
 
 def phases(case: Case) -> tuple[bool, ...]:

@@ -9,8 +9,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from perfcast.inference.recipes import RECIPE_NOTE
-from perfcast.inference.silicon import BATCH_NOTE
+from perfcast.inference.recipes import BATCH_NOTE, RECIPE_NOTE
 from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
 from perfcast.report.document import check, write
 

@@ -17,7 +17,7 @@ The engine is the row's backend with its documented defaults, but for the settin
 campaign's launch script states (:mod:`perfcast.inference.recipes`: KV-cache dtype, step token
 budget, TensorRT-LLM batch waiting); the row's batch size is the engine's maximum batch
 (InferenceMAX launches ``--max-num-seqs $CONC``) unless it is below the row's concurrency
-(:func:`perfcast.inference.silicon._batch_limit`).
+(:func:`perfcast.inference.recipes.with_batch_limit`).
 """
 
 from __future__ import annotations
