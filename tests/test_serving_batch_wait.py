@@ -193,4 +193,5 @@ def test_a_batch_below_the_concurrency_is_not_an_engine_limit(monkeypatch):
     monkeypatch.setattr(replay_mod, "serve", lambda spec: seen.append(spec) or (_ for _ in ()).throw(UserError("x")))
     replay_mod.replay(c)
     replay_mod.replay(_case())
-    assert [s.max_batch_size for s in seen] == [None, 32]
+    # TensorRT-LLM's default limit (2048) capped at the 32 clients; the InferenceX row's own batch
+    assert [s.max_batch_size for s in seen] == [32, 32]

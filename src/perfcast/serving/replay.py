@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from perfcast.hardware.spec import SpecError
 from perfcast.inference.silicon import ONE_DECODE_WORKER, Case
 from perfcast.ir import UserError
+from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.serve import Disagg, ServeSpec, serve
 from perfcast.serving.step import Deployment
 from perfcast.serving.workload import Lengths, Workload
@@ -67,6 +68,17 @@ def deployment_of(case: Case, performance_model: str = "analytic") -> Deployment
                       performance_model=performance_model)
 
 
+def _max_batch(case: Case) -> int:
+    """The row's batch; where it is not the engine's limit (:func:`perfcast.inference.recipes.
+    with_batch_limit`), the engine's default limit capped at the concurrency — the same schedule
+    (a closed loop of C clients never has more than C requests in flight), and a step model
+    compiled for C sequences, not for the engine's default of up to thousands."""
+    if case.batch_limits:
+        return case.batch
+    default = scheduler_config(case.engine).max_num_seqs
+    return min(default, case.concurrency) if default else case.concurrency
+
+
 def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Replay:
     """The aggregated row ``case`` served by the event simulation."""
     if not case.predictable:
@@ -86,7 +98,7 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
     workload, assumed = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
-                              max_batch_size=case.batch if case.batch_limits else None,
+                              max_batch_size=_max_batch(case),
                               max_num_tokens=case.max_num_tokens, tier="simulation",
                               disagg=disagg, batch_wait=case.batch_wait, memory_fraction=case.memory_fraction))
     except (UserError, SpecError) as e:
