@@ -78,17 +78,18 @@ BATCH_NOTE = "engine max batch"
 
 
 def with_batch_limit(case: Case) -> Case:
-    """An aggregated row's batch (per rank, × its attention-DP ranks) is the engine's max batch
+    """``case`` with a note where its batch is not the engine's limit (``Case.batch_limits``). An
+    aggregated row's batch (per rank, × its attention-DP ranks) is the engine's max batch
     (InferenceMAX launches ``--max-num-seqs $CONC``: the batch is the concurrency) — except where it
     is below the row's concurrency: a client keeping more requests in flight than the engine may
     run would be measuring a queue the row does not describe, so that batch is not taken as a
-    limit (the engine's default limit serves the client's load), and the case says so."""
-    if case.mode != "agg" or not case.layout or case.concurrency <= case.num_queries:
+    limit (the engine's default limit serves the client's load)."""
+    if case.batch_limits:
         return case
     ranks = f" × {case.layout.dp} ranks" if case.layout.dp > 1 else ""
     note = (f"{BATCH_NOTE}: batch_size {case.batch}{ranks} is below the concurrency {case.concurrency}; not taken "
             f"as the engine's limit (its default serves the client's load)")
-    return replace(case, batch_limits=False, notes=case.notes + (note,))
+    return replace(case, notes=case.notes + (note,))
 
 
 def with_recipe(case: Case, precision: str) -> Case:

@@ -167,11 +167,17 @@ class Case:
     max_num_tokens: int | None = None     # the campaign's step token budget (perfcast.inference.recipes)
     batch_wait: tuple[int, float] | None = None  # its TensorRT-LLM batch waiting
     memory_fraction: float | None = None  # its engine memory fraction
-    batch_limits: bool = True             # the row's batch is the engine's max batch (recipes.with_batch_limit)
 
     @property
     def num_queries(self) -> int:
         return self.batch * (self.layout.dp if self.layout else 1)
+
+    @property
+    def batch_limits(self) -> bool:
+        """Whether the serving replay takes the row's batch as the engine's max batch: not for an
+        aggregated row whose batch (× attention-DP ranks) is below its concurrency
+        (:func:`perfcast.inference.recipes.with_batch_limit`)."""
+        return not (self.mode == "agg" and self.layout is not None and self.concurrency > self.num_queries)
 
     @property
     def context(self) -> int:
