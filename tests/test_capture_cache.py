@@ -549,3 +549,21 @@ def test_the_cli_answers_alike_from_a_damaged_entry_and_runs_nothing(entries, fr
     assert how == "symbolic capture"  # captured anew, and the entry is whole again
     key = cache.entry_key(_model("llama-3.1-8b"), "bf16", True, True, True)
     assert cache.load(path, key) == entries["llama-3.1-8b", True][0]
+
+
+def test_python_dispatcher_only_for_a_torch_whose_matmul_fails_on_symbolic_sizes(monkeypatch):
+    """torch 2.11's C++ matmul calls numel() on a symbolic 3-D input (the device machine's torch):
+    a symbolic capture there runs under the Python dispatcher; on torch 2.13 the C++ path stands,
+    as the Python one guards differently (test_captures_hold_plain_sympy_only)."""
+    import contextlib
+
+    import torch
+    from torch.torch_version import TorchVersion
+
+    from perfcast.capture.build import _dispatcher
+
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.11.0+cu130"))
+    assert not isinstance(_dispatcher(True), contextlib.nullcontext)
+    assert isinstance(_dispatcher(False), contextlib.nullcontext)
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.13.0+cpu"))
+    assert isinstance(_dispatcher(True), contextlib.nullcontext)

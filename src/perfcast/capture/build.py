@@ -13,6 +13,7 @@ each group runs; the lowering rolls it into ``Loop(count, layer)``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import sympy
@@ -39,6 +40,21 @@ class _ShapeEnv(ShapeEnv):
 
     def _get_stack_summary(self, is_debug: bool = False, framework_loc=None) -> tuple[SLoc, str]:
         return SLoc(framework_loc, None), ""
+
+
+def _dispatcher(symbolic: bool):
+    """torch's Python dispatcher for a symbolic capture on torch older than 2.13: composite ops
+    (``linear`` → ``matmul``) then decompose through their Python implementations, written for
+    symbolic sizes. torch 2.11's C++ ``matmul`` calls ``numel()`` on a 3-D input with a symbolic
+    batch and fails ("Cannot call numel() on tensor with symbolic sizes/strides": every batch > 1
+    decode of the GPU closed loop on the device machine's torch 2.11). On perfcast's torch (2.13)
+    the C++ path stands: the Python one guards differently (Llama 4's chunked prefill loses the
+    guard that keeps it exact only at its hint's length), so it is not used where it is not needed."""
+    if not symbolic or torch.__version__ >= "2.13":
+        return contextlib.nullcontext()
+    from torch._dispatch.python import enable_python_dispatcher
+
+    return enable_python_dispatcher()
 
 
 def layer_signature(layer: torch.nn.Module) -> tuple:
@@ -221,7 +237,7 @@ def capture(config, *, dtype: str = "bf16", batch: int = 1, new_tokens: int = 1,
     recorder = Recorder(params=_fake_parameters(used, fake))
     hooks = _module_tracker(model, recorder, arch)
     try:
-        with fake, torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
+        with fake, _dispatcher(symbolic), torch.no_grad(), serving.serving(serving.Session(past_len, decode)), recorder:
             h = embed(ids)
             if images is not None:
                 recorder.module = "model.image_embeds"
