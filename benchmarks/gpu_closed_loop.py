@@ -76,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--top", type=int, default=3, metavar="N", help="print each step's N largest kernel keys, "
                    "measured against predicted (default 3; all of them are in kernels.csv)")
     p.add_argument("--seed", type=int, default=0, help="random weights and inputs (default 0)")
+    p.add_argument("--repredict", metavar="DIR", help="no measuring: price the steps of an earlier run's "
+                   "DIR/results.json again with this perfcast (and --profiling-database, if given) and write "
+                   "the comparison to --out; runs anywhere")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own; 1 is steadier on a "
                    "shared machine)")
     args = p.parse_args(argv)
@@ -87,6 +90,9 @@ def parse_args(argv):
         raise UserError(f"--threads must be at least 1 (got {args.threads})")
     if args.budget_s <= 0:
         raise UserError(f"--budget-s must be positive (got {args.budget_s})")
+    if args.repredict and (args.tiny or args.set or args.threads):
+        raise UserError("--repredict prices the models and points of the earlier run: --tiny, --set and "
+                        "--threads do not apply")
     if args.no_kernel_db and args.profiling_database:
         raise UserError("--profiling-database and --no-kernel-db exclude each other")
     return args
@@ -167,7 +173,6 @@ def run_point(ctx, built, model, point) -> dict:
         rec["errors"].append(f"prediction: {_why(e)}")
     meas: dict = {}
     rec["measured"] = meas
-    records = None
     try:
         step = (steps.DecodeStep(built.model, point.batch, point.context, args.decode_cache, args.seed)
                 if point.decode else steps.PrefillStep(built.model, point.batch, point.tokens, args.seed))
@@ -192,7 +197,8 @@ def run_point(ctx, built, model, point) -> dict:
             except GraphUnavailable as e:
                 meas["graph"] = f"not captured: {e}"
         records = bk.trace(step, before=step.reset)
-        meas.update(kernels=len(records), kernels_us=sum(r.duration_us for r in records))
+        meas.update(kernels=len(records), kernels_us=sum(r.duration_us for r in records),
+                    kernel_keys=cl.keys_to_json(cl.measured_kernels(records)))
         if graph is not None:
             replayed = bk.trace(graph, before=step.reset)
             meas.update(graph_kernels=len(replayed), graph_kernels_us=sum(r.duration_us for r in replayed))
@@ -203,13 +209,20 @@ def run_point(ctx, built, model, point) -> dict:
         gc.collect()
         if bk.kind == "cuda":
             bk.torch.cuda.empty_cache()
+    return compare(rec, preds)
+
+
+def compare(rec: dict, preds: dict) -> dict:
+    """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``."""
+    meas = rec["measured"]
     rec["predicted"] = {m: p.to_json() for m, p in preds.items()}
     rec["step"], rec["families"], rec["kernels"] = {}, {}, {}
+    measured = cl.keys_from_json(meas["kernel_keys"]) if "kernel_keys" in meas else None
     for m, p in preds.items():
         rec["step"][m] = cl.step_row(meas.get("eager_s"), meas.get("graph_s"), p, meas.get("kernels_us"))
-        if records is not None:
-            rec["families"][m] = cl.family_rows(records, p)
-            rec["kernels"][m] = cl.kernel_rows(records, p)
+        if measured is not None:
+            rec["families"][m] = cl.family_rows(measured, p)
+            rec["kernels"][m] = cl.kernel_rows(measured, p)
     rec["status"] = "ok" if not rec["errors"] else "error"
     return rec
 
@@ -244,7 +257,7 @@ def run(args, clock=time.monotonic) -> dict:
            "status": "running"}
     ctx = {"backend": bk, "args": args, "device": device, "dtype": dtype, "engine_options": options,
            "kernel_db": (out or Path(scratch.name)) / "kernel-db" if collect else None,
-           "db_name": re.sub(r"[^a-z0-9.]+", "-", bk.name.lower()).strip("-") if bk.kind == "cuda" else "cpu-local"}
+           "db_name": name}  # a profiling database prices only the device it is named for
     log(f"{bk.name}: {len(models)} model(s) x {len(points)} point(s), perfcast device {name}, {dtype}, "
         f"engine {engine}, budget {args.budget_s:.0f} s")
     builds, durations = [], []
@@ -297,6 +310,46 @@ def run(args, clock=time.monotonic) -> dict:
     return doc
 
 
+def repredict(args) -> dict:
+    """``--repredict DIR``: the measurements of an earlier run priced again by this perfcast — no
+    device work, so a run measured on a lent GPU is compared on any machine, with the same code
+    as :func:`run_point`. Predictions, family and kernel rows are replaced; the measurements and
+    the kernel profile's errors stay as they were."""
+    from perfcast.hardware import get_device
+    from perfcast.models.catalog import ModelConfig
+
+    path = Path(args.repredict) / "results.json"
+    try:
+        doc = json.loads(path.read_text())
+        steps, infos = doc["steps"], doc["models"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--repredict {args.repredict}: {path} is not a closed-loop results file ({e})") from None
+    name = args.perfcast_device or doc["perfcast_device"]
+    device = get_device(name)
+    dtype = args.dtype or doc["dtype"]
+    for rec in steps:
+        config = infos.get(rec["model"], {}).get("config")
+        rec["errors"] = [e for e in rec["errors"] if not e.startswith("prediction:")]
+        preds = {}
+        if config is None:
+            rec["errors"].append("prediction: the model's config is not in results.json")
+        else:
+            model = ModelConfig(rec["model"], config, path, {"source": f"the config the run built ({path})"})
+            try:
+                preds, rec["notes"], _ = cl.predict(model, device, cl.parse_points(rec["point"])[0], dtype,
+                                                    args.profiling_database)
+            except Exception as e:
+                rec["errors"].append(f"prediction: {_why(e)}")
+        compare(rec, preds)
+    import torch
+
+    doc["repredicted"] = {"from": str(path), "measured_perfcast_device": doc["perfcast_device"],
+                          "measured_dtype": doc["dtype"], "torch": str(torch.__version__)}
+    doc.update(perfcast_device=name, dtype=dtype, profiling_database=args.profiling_database)
+    write(Path(args.out) if args.out else None, doc)
+    return doc
+
+
 def _build(model, dtype, bk, seed):
     from perfcast.profiler import steps
 
@@ -340,6 +393,7 @@ def write(out: Path | None, doc: dict) -> None:
                           "measured_eager_s": m.get("eager_s"), "measured_graph_s": m.get("graph_s")})
         for name, rows in rec.get("kernels", {}).items():
             kernels += [{"model": rec["model"], "point": rec["point"], "performance_model": name, **r} for r in rows]
+    doc["accuracy"] = accuracy(doc)
     _replace(out / "results.json", json.dumps(doc, indent=1, default=str))
     for path, columns, rows in ((out / "steps.csv", STEP_COLUMNS, steps), (out / "kernels.csv", KERNEL_COLUMNS, kernels)):
         tmp = path.with_suffix(".tmp")
@@ -348,6 +402,25 @@ def write(out: Path | None, doc: dict) -> None:
             w.writeheader()
             w.writerows(rows)
         tmp.replace(path)
+
+
+def accuracy(doc: dict) -> list[dict]:
+    """Per performance model and measurement (eager, graph): how many steps it priced, of those
+    measured, and the median, p90 and signed median of its error."""
+    import numpy as np
+
+    out = []
+    models = list(dict.fromkeys(m for r in doc["steps"] for m in r.get("step", {})))
+    for m in models:
+        for against in ("eager", "graph"):
+            measured = [r for r in doc["steps"] if r.get("measured", {}).get(f"{against}_s")]
+            errs = [r["step"][m][f"error_{against}"] for r in measured if m in r.get("step", {})]
+            if errs:
+                e = np.array(errs)
+                out.append({"performance_model": m, "against": against, "steps": len(e), "of": len(measured),
+                            "median": float(np.median(abs(e))), "p90": float(np.percentile(abs(e), 90)),
+                            "signed_median": float(np.median(e))})
+    return out
 
 
 def _replace(path: Path, text: str) -> None:
@@ -376,6 +449,10 @@ def render(doc: dict, out: str | None, top: int = 3) -> None:
     console.print(f"[bold]GPU closed loop[/] on [bold]{d['name']}[/] (torch {d['torch']}{cuda}, transformers "
                   f"{doc['transformers']}): predicted for perfcast device {doc['perfcast_device']}, {doc['dtype']}, "
                   f"engine {doc['engine']}; status {doc['status']} after {doc['elapsed_s']:.0f} s")
+    if doc.get("repredicted"):
+        r = doc["repredicted"]
+        console.print(f"re-priced from {r['from']} by this perfcast (torch {r['torch']}): the measurements are "
+                      f"that run's, the predictions this machine's")
     models = list(dict.fromkeys(m for r in doc["steps"] for m in r.get("step", {})))
     t = Table(title="Steps: measured eager and CUDA-graph replay against the prediction (ms); "
                     "graph compared with the prediction less its host launches")
@@ -429,6 +506,16 @@ def render(doc: dict, out: str | None, top: int = 3) -> None:
                           f"{row['measured_count']} / {row['measured_us']:,.1f}",
                           f"{row['predicted_count']} / {row['predicted_us']:,.1f}", _pct(row["error"]))
         console.print(k)
+    acc = accuracy(doc)
+    if acc:
+        a = Table(title="Accuracy over the measured steps: |predicted / measured − 1| (graph: the prediction "
+                        "less its host launches against the CUDA-graph replay)")
+        for c in ("performance model", "against", "steps", "median", "p90", "signed median"):
+            a.add_column(c, justify="left" if c in ("performance model", "against") else "right")
+        for row in acc:
+            a.add_row(row["performance_model"], row["against"], f"{row['steps']}/{row['of']}",
+                      f"{row['median']:.1%}", f"{row['p90']:.1%}", _pct(row["signed_median"]))
+        console.print(a)
     for s in doc["skipped"]:
         console.print(f"skipped: {s}")
     for name, info in doc["models"].items():
@@ -450,7 +537,7 @@ def main(argv=None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         signal.signal(signal.SIGTERM, _interrupt)
-        doc = run(args)
+        doc = repredict(args) if args.repredict else run(args)
     except UserError as e:
         sys.stderr.write(f"gpu_closed_loop: error: {e}\n")
         return 2

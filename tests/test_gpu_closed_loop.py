@@ -55,7 +55,8 @@ def test_cpu_run_measures_predicts_and_writes(cpu_run):
         m = r["measured"]
         assert m["eager_s"] > 0 and len(m["eager_samples_s"]) == 2 and m["graph"] == "cpu: no graphs"
         assert m["host_reads"] == {} and m["kernels"] > 0
-        assert set(r["predicted"]) == {"analytic", "profiling"}  # profiling: over the run's own kernels
+        # the roofline: the same-run baseline; profiling: over the run's own kernels
+        assert set(r["predicted"]) == {"analytic", "roofline", "profiling"}
         assert r["step"]["analytic"]["error_eager"] == pytest.approx(
             r["predicted"]["analytic"]["step_s"] / m["eager_s"] - 1)
     decode = _step(doc, "llama-3.1-8b-tiny", "decode:2@32")["measured"]["step"]
@@ -88,9 +89,79 @@ def test_cpu_run_csv_files(cpu_run):
     # q_proj and o_proj (256 -> 256) in each of 2 layers: 4 calls of M x K x N = 16 x 256 x 256
     assert len(q_and_o) == 1 and q_and_o[0]["measured_count"] == q_and_o[0]["predicted_count"] == "4"
     steps = list(csv.DictReader((out / "steps.csv").open()))
-    assert len(steps) == 4 * 2 and {s["performance_model"] for s in steps} == {"analytic", "profiling"}
+    assert len(steps) == 4 * 3 and {s["performance_model"] for s in steps} == {"analytic", "roofline", "profiling"}
     manifests = list((out / "kernel-db").glob("cpu-local/torch/*/MANIFEST.yaml"))
     assert len(manifests) == 1 and "time.perf_counter per call" in manifests[0].read_text()
+
+
+def test_cpu_run_keeps_the_measured_kernel_keys(cpu_run):
+    """The traced kernels are kept per key in results.json, whether or not a prediction succeeded:
+    a run measured on a lent GPU can be priced again anywhere (--repredict)."""
+    _, out = cpu_run
+    doc = json.loads((out / "results.json").read_text())
+    for r in doc["steps"]:
+        keys = cl.keys_from_json(r["measured"]["kernel_keys"])
+        assert sum(n for n, _ in keys.values()) == r["measured"]["kernels"]
+        assert sum(us for _, us in keys.values()) == pytest.approx(r["measured"]["kernels_us"])
+
+
+def test_repredict_reproduces_the_run_and_names_its_source(cpu_run, tmp_path):
+    _, out = cpu_run
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--repredict", str(out), "--out", str(again),
+                           "--profiling-database", str(out / "kernel-db")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = (json.loads((d / "results.json").read_text()) for d in (out, again))
+    assert second["repredicted"]["from"] == str(out / "results.json")
+    assert "re-priced from" in proc.stdout
+    for a, b in zip(first["steps"], second["steps"], strict=True):
+        assert a["measured"] == b["measured"] and set(b["step"]) == {"analytic", "roofline", "profiling"}
+        # the analytic price is the run's; the profiling one may differ, as the run priced each
+        # point over the database as it stood then (it grows point by point)
+        assert all(a[k]["analytic"] == b[k]["analytic"] for k in ("step", "families", "kernels"))
+
+
+def test_repredict_of_a_run_whose_predictions_failed(cpu_run, tmp_path):
+    """A run whose predictions all failed (a GPU's torch could not capture) gets them here; the
+    kernel profile's errors stay."""
+    _, out = cpu_run
+    doc = json.loads((out / "results.json").read_text())
+    for r in doc["steps"]:
+        r.update(predicted={}, step={}, families={}, kernels={}, status="error",
+                 errors=["kernel profile: RuntimeError: x", "prediction: RuntimeError: x"])
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "results.json").write_text(json.dumps(doc))
+    repriced = _script().repredict(SimpleNamespace(repredict=str(broken), out=str(tmp_path / "fixed"),
+                                                   perfcast_device=None, dtype=None, profiling_database=None))
+    for r in repriced["steps"]:
+        assert r["errors"] == ["kernel profile: RuntimeError: x"] and r["status"] == "error"
+        assert set(r["step"]) == {"analytic", "roofline"} and r["families"]["analytic"][-1]["measured_count"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repredict", "/nonexistent"], "--repredict /nonexistent: /nonexistent/results.json is not a closed-loop"),
+    (["--repredict", "/tmp", "--tiny"], "--repredict prices the models and points of the earlier run"),
+])
+def test_repredict_bad_input(argv, message, capsys):
+    assert _script().main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_run_database_is_named_for_the_priced_device(tmp_path):
+    """The run's kernels land in a database named for the perfcast device it prices (a profiling
+    database prices only the device it is named for; on a GPU the database had been named for the
+    GPU's name, and every profiling price failed)."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--models", "llama-3.1-8b",
+                           "--points", "decode:2@32", "--repeats", "1", "--warmup", "0", "--threads", "1",
+                           "--perfcast-device", "h200-sxm", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [p.parts[-4] for p in tmp_path.glob("kernel-db/*/torch/*/MANIFEST.yaml")] == ["h200-sxm"]
+    step = json.loads((tmp_path / "results.json").read_text())["steps"][0]
+    assert set(step["step"]) == {"analytic", "roofline", "profiling"} and step["errors"] == []
 
 
 def test_cuda_without_a_gpu_is_one_clear_line():

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                    help="price many ops: columns op,shapes,dtype (and optionally args, ';'-separated)")
     add_device_arguments(p)
     p.add_argument("--performance-model", action="append", metavar="NAME",
-                   help="analytic (default) or profiling; repeatable")
+                   help="analytic (default), profiling or roofline (the naive datasheet roofline, a baseline); repeatable")
     p.add_argument("--profiling-database", metavar="DIR")
     p.add_argument("--engine", metavar="NAME",
                    help="serving engine whose kernels price the op (its calibrated fits and measured tables; "

@@ -49,8 +49,8 @@ def add_parser(sub) -> None:
     p.add_argument("--context-length", type=tokens(0), default=0,
                    help="tokens already in each sequence's KV cache (required with --decode)")
     p.add_argument("--performance-model", action="append", metavar="NAME",
-                   help="analytic (default) or profiling (measured kernel tables); repeatable, "
-                        "several print side by side")
+                   help="analytic (default), profiling (measured kernel tables) or roofline (the naive "
+                        "datasheet roofline, a baseline); repeatable, several print side by side")
     p.add_argument("--profiling-database", metavar="DIR",
                    help="profiling database for --performance-model profiling (default: the one "
                         "shipped for the device)")

@@ -28,7 +28,8 @@ from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
 from perfcast.rollup import Evaluation, FastRollup, LaunchModel, OverlapEvaluation, OverlapRollup, rollup
 from perfcast.rollup.slow import SlowResult
 
-PERFORMANCE_MODELS = ("analytic", "profiling")
+#: roofline: the naive datasheet roofline (:mod:`perfcast.inference.roofline`), the same-run baseline
+PERFORMANCE_MODELS = ("analytic", "profiling", "roofline")
 ROLLUPS = ("fast", "slow", "both")
 
 
@@ -229,6 +230,10 @@ def make_model(name: str, device: Device, database: str | None = None, mesh: Mes
         device, ref.framework if ref else None, getattr(ref, "version", None)))
     if name == "analytic":
         return analytic
+    if name == "roofline":
+        from perfcast.inference.roofline import DatasheetRoofline
+
+        return DatasheetRoofline(device, mesh)
     if name == "profiling":
         from perfcast.perf.profiling import find_database, load_database
 

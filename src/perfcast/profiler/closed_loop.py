@@ -166,24 +166,29 @@ class Prediction:
 
 
 def from_rollup(name: str, step_s: float, rollup, evaluation) -> Prediction:
-    """A :class:`Prediction` from a fast roll-up evaluated at its (concrete) point."""
-    pred = Prediction(name, step_s, float(evaluation.launch_time_s), int(rollup.launches),
+    """A :class:`Prediction` from a fast roll-up evaluated at its (concrete) point. Its launch
+    time is the host's part alone (eager launches); a kernel's own launch latency, where the
+    performance model charges one outside the kernel's time, is part of that kernel on the device
+    (:class:`perfcast.rollup.fast.LeafTotal`), so it stays in the kernel's time and in a replay.
+    ``launches`` counts the kernels the step runs (:attr:`FastRollup.kernels`)."""
+    pred = Prediction(name, step_s, float(evaluation.host_launch_s), int(rollup.kernels),
                       provenance=evaluation.provenance_shares())
     for lt in rollup.leaves:
         row = pred.kernels.setdefault(leaf_key(lt.leaf), [0, 0.0])
         row[0] += int(lt.trips)
-        row[1] += float(rollup.model.realize(lt.time_s)) * 1e6
+        row[1] += float(rollup.model.realize(lt.time_s + lt.trips * (lt.launch_s - lt.host_s))) * 1e6
     return pred
 
 
 def predict(model, device, point: Point, dtype: str, profiling_database: str | None = None):
-    """perfcast's eager price of ``point`` (:data:`ENGINE`): the analytic model, and the
-    profiling model over ``profiling_database`` when given. Returns (predictions by model,
-    the simulation's notes, how the engine was selected)."""
+    """perfcast's eager price of ``point`` (:data:`ENGINE`): the analytic model, the naive
+    datasheet roofline as the same-run baseline (:mod:`perfcast.inference.roofline`), and the
+    profiling model over ``profiling_database`` when given. Returns (predictions by model, the
+    simulation's notes, how the engine was selected)."""
     from perfcast.inference.textgen import Request, simulate
 
     options, how = engine_options()
-    models = ("analytic", "profiling") if profiling_database else ("analytic",)
+    models = ("analytic", "roofline") + (("profiling",) if profiling_database else ())
     res = simulate(Request(model, device, num_queries=point.batch, query_length=point.tokens,
                            context_length=point.context, decode=point.decode, dtype=dtype,
                            performance_models=models, profiling_database=profiling_database, **options))
@@ -198,12 +203,25 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
 
 
 def measured_kernels(records) -> dict[tuple[str, str, str], list]:
+    """Kernel key → [kernels, µs of device time] of traced records; a dict already so keyed
+    (as :func:`keys_from_json` reads it back from a results file) is returned as it is."""
+    if isinstance(records, dict):
+        return records
     out: dict[tuple[str, str, str], list] = {}
     for r in records:
         row = out.setdefault(measured_key(r), [0, 0.0])
         row[0] += 1
         row[1] += r.duration_us
     return out
+
+
+def keys_to_json(measured: dict) -> list[list]:
+    """Measured kernel keys as ``[family, op, shape, kernels, µs]`` rows (results.json)."""
+    return [[*k, n, us] for k, (n, us) in measured.items()]
+
+
+def keys_from_json(rows) -> dict[tuple[str, str, str], list]:
+    return {(f, op, shape): [n, us] for f, op, shape, n, us in rows}
 
 
 def family_rows(records, prediction: Prediction) -> list[dict]:
