@@ -10,7 +10,7 @@ from perfcast.inference import silicon
 from perfcast.inference.validation import ValidationRequest
 from perfcast.report import validation as report
 from perfcast.report.document import schema_text
-from perfcast.serving.replay import ASSUMED_CLIENT, replay, workload_of
+from perfcast.serving.replay import ASSUMED_CLIENT, INFERENCEX_CLIENT, client_of, replay, workload_of
 from perfcast.serving.validation import run
 
 
@@ -22,16 +22,16 @@ def cases():
 
 def test_an_inferencex_row_is_replayed_with_its_clients_random_lengths(cases):
     c = next(c for c in cases.values() if c.benchmark == "inferencex" and c.predictable and c.mode == "agg")
-    w, assumed = workload_of(c)
+    w = workload_of(c)
     assert (w.input_len.kind, w.input_len.a, w.input_len.b) == ("uniform", int(c.isl * 0.8), c.isl)
     assert w.num_requests == 10 * c.concurrency and w.concurrency == c.concurrency and w.warmup == 0
-    assert assumed == ()
+    assert client_of(c) == INFERENCEX_CLIENT
 
 
 def test_a_gap_analysis_row_says_its_client_is_assumed(cases):
     c = next(c for c in cases.values() if c.benchmark == "gap-analysis" and c.predictable and c.mode == "agg")
-    w, assumed = workload_of(c)
-    assert w.input_len.kind == "fixed" and assumed == (ASSUMED_CLIENT,)
+    w = workload_of(c)
+    assert w.input_len.kind == "fixed" and client_of(c) == ASSUMED_CLIENT
 
 
 def test_rows_the_replay_cannot_take_say_why(cases):
@@ -62,6 +62,8 @@ def test_the_documents_follow_their_schemas(doc, tmp_path):
     body = json.loads(rows.read_text())
     Draft202012Validator(json.loads(schema_text("validate-rows"))).validate(body)
     assert any(r.get("analytic serving tpot_ms") for r in body["rows"])
+    # every replayed row names the client it was replayed with (these are gap-analysis rows)
+    assert {r["serving_client"] for r in body["rows"] if r["mode"] == "agg"} == {ASSUMED_CLIENT}
 
 
 def test_the_decisions_of_a_group_by_hand():

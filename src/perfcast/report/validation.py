@@ -156,6 +156,9 @@ def row_records(doc: dict) -> list[dict]:
     for m, preds in doc["predictions"].items():
         for p in preds:
             by_case.setdefault(p.case.id, {})[m] = p
+    serving = "decisions" in doc
+    if serving:
+        from perfcast.serving.replay import client_of
     out = []
     for c in doc["cases"]:
         rec = {"id": c.id, "system": c.system, "model_path": c.model_path, "family": c.family,
@@ -166,6 +169,8 @@ def row_records(doc: dict) -> list[dict]:
                "approximate": " | ".join(c.approximate), "refused": c.reason or "",
                "engine_settings": " | ".join(n for n in c.notes if n.startswith((RECIPE_NOTE, BATCH_NOTE))),
                "command": command(c)}
+        if serving:  # the client the replay took (--serving)
+            rec["serving_client"] = client_of(c) if c.mode in ("agg", "disagg") else ""
         for m, p in by_case.get(c.id, {}).items():
             for mapping in MAPPINGS:
                 rec[f"{m} {mapping} tpot_ms"] = p.tpot_ms.get(mapping)

@@ -36,8 +36,15 @@ from perfcast.serving.workload import Lengths, Workload
 RANGE_RATIO = 0.8
 #: ``--num-prompts $(( $CONC * 10 ))``.
 PROMPTS_PER_CLIENT = 10
+INFERENCEX_CLIENT = ("InferenceMAX's benchmark_serving: input and output lengths uniform in [0.8 L, L], "
+                     "10 × concurrency requests, none excluded")
 ASSUMED_CLIENT = ("gap-analysis row: the benchmark client is not stated; replayed as benchmark_serving with "
                   "fixed lengths, 10 × concurrency requests, none excluded")
+
+
+def client_of(case: Case) -> str:
+    """The client a row is replayed with, as the rows file says it (``serving_client``)."""
+    return INFERENCEX_CLIENT if case.benchmark == "inferencex" else ASSUMED_CLIENT
 
 
 @dataclass(frozen=True)
@@ -47,19 +54,17 @@ class Replay:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     reason: str | None = None
-    assumed: tuple[str, ...] = ()
 
 
-def workload_of(case: Case, seed: int = 0) -> tuple[Workload, tuple[str, ...]]:
+def workload_of(case: Case, seed: int = 0) -> Workload:
+    """The row's client (:func:`client_of`) as a closed-loop workload."""
     c = case.concurrency
     if case.benchmark == "inferencex":
         isl = Lengths("uniform", int(case.isl * RANGE_RATIO), case.isl)
         osl = Lengths("uniform", max(2, int(case.osl * RANGE_RATIO)), case.osl)
-        assumed: tuple[str, ...] = ()
     else:
         isl, osl = Lengths("fixed", case.isl), Lengths("fixed", case.osl)
-        assumed = (ASSUMED_CLIENT,)
-    return Workload(isl, osl, num_requests=PROMPTS_PER_CLIENT * c, concurrency=c, warmup=0, seed=seed), assumed
+    return Workload(isl, osl, num_requests=PROMPTS_PER_CLIENT * c, concurrency=c, warmup=0, seed=seed)
 
 
 def deployment_of(case: Case, performance_model: str = "analytic") -> Deployment:
@@ -95,7 +100,7 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
             return Replay(reason="disagg: the decode batch is not stated")
         disagg = Disagg(replace(deployment_of(case, performance_model), layout=case.prefill_layout),
                         case.prefill_workers, case.decode_workers)
-    workload, assumed = workload_of(case, seed)
+    workload = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
                               max_batch_size=_max_batch(case),
@@ -106,4 +111,4 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
     r = rep.results["simulation"]
     if r.ttft_s is None or r.tpot_s is None:
         return Replay(reason="the simulation found the load unstable")
-    return Replay(r.ttft_s.mean * 1e3, r.tpot_s.mean * 1e3, assumed=assumed)
+    return Replay(r.ttft_s.mean * 1e3, r.tpot_s.mean * 1e3)
