@@ -209,22 +209,7 @@ def run_point(ctx, built, model, point) -> dict:
         gc.collect()
         if bk.kind == "cuda":
             bk.torch.cuda.empty_cache()
-    return compare(rec, preds)
-
-
-def compare(rec: dict, preds: dict) -> dict:
-    """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``."""
-    meas = rec["measured"]
-    rec["predicted"] = {m: p.to_json() for m, p in preds.items()}
-    rec["step"], rec["families"], rec["kernels"] = {}, {}, {}
-    measured = cl.keys_from_json(meas["kernel_keys"]) if "kernel_keys" in meas else None
-    for m, p in preds.items():
-        rec["step"][m] = cl.step_row(meas.get("eager_s"), meas.get("graph_s"), p, meas.get("kernels_us"))
-        if measured is not None:
-            rec["families"][m] = cl.family_rows(measured, p)
-            rec["kernels"][m] = cl.kernel_rows(measured, p)
-    rec["status"] = "ok" if not rec["errors"] else "error"
-    return rec
+    return cl.compare(rec, preds)
 
 
 def run(args, clock=time.monotonic) -> dict:
@@ -340,7 +325,7 @@ def repredict(args) -> dict:
                                                     args.profiling_database)
             except Exception as e:
                 rec["errors"].append(f"prediction: {_why(e)}")
-        compare(rec, preds)
+        cl.compare(rec, preds)
     import torch
 
     doc["repredicted"] = {"from": str(path), "measured_perfcast_device": doc["perfcast_device"],
@@ -393,7 +378,7 @@ def write(out: Path | None, doc: dict) -> None:
                           "measured_eager_s": m.get("eager_s"), "measured_graph_s": m.get("graph_s")})
         for name, rows in rec.get("kernels", {}).items():
             kernels += [{"model": rec["model"], "point": rec["point"], "performance_model": name, **r} for r in rows]
-    doc["accuracy"] = accuracy(doc)
+    doc["accuracy"] = cl.accuracy(doc)
     _replace(out / "results.json", json.dumps(doc, indent=1, default=str))
     for path, columns, rows in ((out / "steps.csv", STEP_COLUMNS, steps), (out / "kernels.csv", KERNEL_COLUMNS, kernels)):
         tmp = path.with_suffix(".tmp")
@@ -402,25 +387,6 @@ def write(out: Path | None, doc: dict) -> None:
             w.writeheader()
             w.writerows(rows)
         tmp.replace(path)
-
-
-def accuracy(doc: dict) -> list[dict]:
-    """Per performance model and measurement (eager, graph): how many steps it priced, of those
-    measured, and the median, p90 and signed median of its error."""
-    import numpy as np
-
-    out = []
-    models = list(dict.fromkeys(m for r in doc["steps"] for m in r.get("step", {})))
-    for m in models:
-        for against in ("eager", "graph"):
-            measured = [r for r in doc["steps"] if r.get("measured", {}).get(f"{against}_s")]
-            errs = [r["step"][m][f"error_{against}"] for r in measured if m in r.get("step", {})]
-            if errs:
-                e = np.array(errs)
-                out.append({"performance_model": m, "against": against, "steps": len(e), "of": len(measured),
-                            "median": float(np.median(abs(e))), "p90": float(np.percentile(abs(e), 90)),
-                            "signed_median": float(np.median(e))})
-    return out
 
 
 def _replace(path: Path, text: str) -> None:
@@ -506,7 +472,7 @@ def render(doc: dict, out: str | None, top: int = 3) -> None:
                           f"{row['measured_count']} / {row['measured_us']:,.1f}",
                           f"{row['predicted_count']} / {row['predicted_us']:,.1f}", _pct(row["error"]))
         console.print(k)
-    acc = accuracy(doc)
+    acc = cl.accuracy(doc)
     if acc:
         a = Table(title="Accuracy over the measured steps: |predicted / measured − 1| (graph: the prediction "
                         "less its host launches against the CUDA-graph replay)")

@@ -547,3 +547,23 @@ def test_defaults_the_docs_state():
     assert args.models == "llama-3.1-8b,qwen3-8b,qwen3-30b-a3b" and args.points == cl.DEFAULT_POINTS
     assert (module.TINY["num_hidden_layers"], module.TINY["hidden_size"]) == (2, 256)
     assert (module.TINY_MOE["num_experts"], module.TINY_MOE["num_experts_per_tok"]) == (8, 2)
+
+
+def test_accuracy_summary_on_injected_steps():
+    """Median, p90 and signed median of |error| per performance model and measurement, over the
+    steps that model priced, out of those measured."""
+    def rec(eager, graph, errs):
+        return {"measured": {"eager_s": eager, "graph_s": graph},
+                "step": {m: {"error_eager": e, "error_graph": g} for m, (e, g) in errs.items()}}
+
+    doc = {"steps": [rec(1.0, 0.5, {"analytic": (-0.1, 0.2), "roofline": (-0.5, -0.4)}),
+                     rec(1.0, None, {"analytic": (0.3, None)}),
+                     rec(1.0, 0.5, {"analytic": (-0.2, -0.1), "roofline": (-0.7, -0.6)})]}
+    rows = {(r["performance_model"], r["against"]): r for r in cl.accuracy(doc)}
+    a = rows["analytic", "eager"]
+    assert (a["steps"], a["of"]) == (3, 3) and a["median"] == pytest.approx(0.2)
+    assert a["signed_median"] == pytest.approx(-0.1)
+    g = rows["analytic", "graph"]
+    assert (g["steps"], g["of"]) == (2, 2) and g["median"] == pytest.approx(0.15) and g["signed_median"] == pytest.approx(0.05)
+    r = rows["roofline", "eager"]
+    assert (r["steps"], r["of"]) == (2, 3) and r["p90"] == pytest.approx(0.5 + 0.9 * 0.2)

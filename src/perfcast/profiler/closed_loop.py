@@ -268,3 +268,38 @@ def step_row(eager_s: float | None, graph_s: float | None, prediction: Predictio
             "error_eager": _error(prediction.step_s, eager_s),
             "error_graph": _error(prediction.kernels_s, graph_s),
             "measured_gap_eager_s": gap(eager_s), "measured_gap_graph_s": gap(graph_s)}
+
+
+# A step's record (results.json) ----------------------------------------------------------------
+def compare(rec: dict, preds: dict) -> dict:
+    """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``."""
+    meas = rec["measured"]
+    rec["predicted"] = {m: p.to_json() for m, p in preds.items()}
+    rec["step"], rec["families"], rec["kernels"] = {}, {}, {}
+    measured = keys_from_json(meas["kernel_keys"]) if "kernel_keys" in meas else None
+    for m, p in preds.items():
+        rec["step"][m] = step_row(meas.get("eager_s"), meas.get("graph_s"), p, meas.get("kernels_us"))
+        if measured is not None:
+            rec["families"][m] = family_rows(measured, p)
+            rec["kernels"][m] = kernel_rows(measured, p)
+    rec["status"] = "ok" if not rec["errors"] else "error"
+    return rec
+
+
+def accuracy(doc: dict) -> list[dict]:
+    """Per performance model and measurement (eager, graph): how many steps it priced, of those
+    measured, and the median, p90 and signed median of its error."""
+    import numpy as np
+
+    out = []
+    models = list(dict.fromkeys(m for r in doc["steps"] for m in r.get("step", {})))
+    for m in models:
+        for against in ("eager", "graph"):
+            measured = [r for r in doc["steps"] if r.get("measured", {}).get(f"{against}_s")]
+            errs = [r["step"][m][f"error_{against}"] for r in measured if m in r.get("step", {})]
+            if errs:
+                e = np.array(errs)
+                out.append({"performance_model": m, "against": against, "steps": len(e), "of": len(measured),
+                            "median": float(np.median(abs(e))), "p90": float(np.percentile(abs(e), 90)),
+                            "signed_median": float(np.median(e))})
+    return out
