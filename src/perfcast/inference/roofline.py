@@ -31,21 +31,34 @@ class DatasheetRoofline(PerformanceModel):
         links = [r for r in op.cost if r.startswith(LINK_PREFIX)]
         if links:
             return self._collective(op, links[0])
-        c, d = op.cost, self.device
+        busy = self.resource_times(op, kernel)
         terms: dict[str, sympy.Expr] = {}
-        compute = sympy.Integer(0)
+        compute = busy.get("matrix", 0) + busy.get("vector", 0)
+        if compute != 0:
+            terms["compute"] = compute
+        if "hbm" in busy:
+            terms["memory.hbm"] = busy["hbm"]
+        time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
+        return Result(time, Provenance.ANALYTIC, terms)
+
+    def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
+        """How long the leaf keeps each resource busy at datasheet rates (``matrix``, ``vector``,
+        ``hbm``, ``link:<axis>``) — the terms of :meth:`process_op` before the max, for the slow
+        roll-up's schedule (as :meth:`perfcast.perf.analytic.AnalyticPerformanceModel.resource_times`)."""
+        links = [r for r in op.cost if r.startswith(LINK_PREFIX)]
+        if links:
+            return {f"link:{op.attr('axis')}": self._collective(op, links[0]).time_s}
+        c, d = op.cost, self.device
+        busy: dict[str, sympy.Expr] = {}
         if FLOPS_MATRIX in c:
             rates = d.spec.datasheet.matrix_flops_per_s
             rate = d.matrix_flops_per_s(op.dtype) if op.dtype in rates else d.vector_flops_per_s(op.dtype)
-            compute += c[FLOPS_MATRIX] / rate
+            busy["matrix"] = c[FLOPS_MATRIX] / rate
         if FLOPS_VECTOR in c:
-            compute += c[FLOPS_VECTOR] / d.vector_flops_per_s(op.dtype)
-        if compute != 0:
-            terms["compute"] = compute
+            busy["vector"] = c[FLOPS_VECTOR] / d.vector_flops_per_s(op.dtype)
         if BYTES_HBM in c:
-            terms["memory.hbm"] = c[BYTES_HBM] / d.hbm_bandwidth_bytes_per_s
-        time = sympy.Max(*terms.values()) if terms else sympy.Integer(0)
-        return Result(time, Provenance.ANALYTIC, terms)
+            busy["hbm"] = c[BYTES_HBM] / d.hbm_bandwidth_bytes_per_s
+        return busy
 
     def _collective(self, op: Leaf, resource: str) -> Result:
         axis = op.attr("axis")

@@ -305,9 +305,7 @@ def _occupancy(usage: Mapping[str, int], length: int, capacity: Mapping[str, int
 def _resource_times(model, leaf: Leaf, kernel: Cost | None) -> dict[str, sympy.Expr]:
     """Busy time per resource: the analytic terms, scaled to a measured time when the model
     measured the leaf."""
-    from perfcast.perf.analytic import AnalyticPerformanceModel
-
-    if isinstance(model, AnalyticPerformanceModel):
+    if hasattr(model, "resource_times"):  # analytic, the datasheet roofline: their own terms
         return model.resource_times(leaf, kernel)
     analytic = model._fallback()
     busy = analytic.resource_times(leaf, kernel)
