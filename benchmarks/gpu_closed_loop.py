@@ -68,6 +68,8 @@ def parse_args(argv):
     p.add_argument("--no-kernel-db", action="store_true", help="neither collect the run's kernels nor price with them")
     p.add_argument("--decode-cache", default="static", choices=("static", "dynamic"),
                    help="transformers cache of the decode step (default static; dynamic cannot be graph-replayed)")
+    p.add_argument("--no-dynamic", action="store_true", help="with the static cache, do not also time each "
+                   "decode eagerly with generate()'s default DynamicCache")
     p.add_argument("--repeats", type=int, default=10, help="timed steps per mode, and kernel samples (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--budget-s", type=float, default=360.0, help="start no work past this many seconds (default 360)")
@@ -90,9 +92,11 @@ def parse_args(argv):
         raise UserError(f"--threads must be at least 1 (got {args.threads})")
     if args.budget_s <= 0:
         raise UserError(f"--budget-s must be positive (got {args.budget_s})")
-    if args.repredict and (args.tiny or args.set or args.threads):
-        raise UserError("--repredict prices the models and points of the earlier run: --tiny, --set and "
-                        "--threads do not apply")
+    if args.repredict and (args.tiny or args.set or args.threads or args.no_dynamic):
+        raise UserError("--repredict prices the models and points of the earlier run: --tiny, --set, "
+                        "--threads and --no-dynamic do not apply")
+    if args.no_dynamic and args.decode_cache == "dynamic":
+        raise UserError("--no-dynamic: with --decode-cache dynamic the decodes are the DynamicCache steps already")
     if args.no_kernel_db and args.profiling_database:
         raise UserError("--profiling-database and --no-kernel-db exclude each other")
     return args
@@ -203,6 +207,9 @@ def run_point(ctx, built, model, point) -> dict:
             replayed = bk.trace(graph, before=step.reset)
             meas.update(graph_kernels=len(replayed), graph_kernels_us=sum(r.duration_us for r in replayed))
         del graph, step
+        if point.decode and args.decode_cache == "static" and not args.no_dynamic:
+            gc.collect()
+            meas["dynamic"] = _dynamic(bk, built, point, args)
     except Exception as e:
         rec["errors"].append(f"measurement: {_why(e)}")
     finally:
@@ -210,6 +217,22 @@ def run_point(ctx, built, model, point) -> dict:
         if bk.kind == "cuda":
             bk.torch.cuda.empty_cache()
     return cl.compare(rec, preds)
+
+
+def _dynamic(bk, built, point, args) -> dict:
+    """The same decode with ``generate()``'s default cache, eager (a DynamicCache concatenates
+    each layer's keys and values every step: ``transformers.cache_utils.DynamicLayer.update``):
+    the step perfcast's eager engine stands for, beside the static one that can be replayed."""
+    import statistics
+
+    from perfcast.profiler import steps
+
+    step = steps.DecodeStep(built.model, point.batch, point.context, "dynamic", args.seed)
+    eager = bk.time(step, before=step.reset, warmup=args.warmup, repeats=args.repeats)
+    records = bk.trace(step, before=step.reset)
+    return {"step": step.description, "eager_s": statistics.median(eager), "eager_samples_s": eager,
+            "kernels": len(records), "kernels_us": sum(r.duration_us for r in records),
+            "kernel_keys": cl.keys_to_json(cl.measured_kernels(records))}
 
 
 def run(args, clock=time.monotonic) -> dict:
@@ -347,6 +370,8 @@ def summary(rec: dict) -> str:
     if "eager_s" in m:
         parts.append(f"eager {m['eager_s'] * 1e3:.3f} ms")
     parts.append(f"graph {m['graph_s'] * 1e3:.3f} ms" if "graph_s" in m else f"graph: {m.get('graph', '-')}")
+    if "dynamic" in m:
+        parts.append(f"eager (DynamicCache) {m['dynamic']['eager_s'] * 1e3:.3f} ms")
     for name, s in rec.get("step", {}).items():
         err = f" ({s['error_eager']:+.1%})" if s["error_eager"] is not None else ""
         parts.append(f"{name} {s['predicted_s'] * 1e3:.3f} ms{err}")
@@ -357,7 +382,8 @@ def summary(rec: dict) -> str:
 
 STEP_COLUMNS = ["model", "point", "phase", "batch", "tokens", "context", "status", "performance_model",
                 "measured_eager_s", "measured_graph_s", "predicted_s", "predicted_kernels_s", "predicted_launch_s",
-                "error_eager", "error_graph", "measured_kernels", "measured_kernels_us", "predicted_launches"]
+                "error_eager", "error_graph", "measured_kernels", "measured_kernels_us", "predicted_launches",
+                "measured_eager_dynamic_s", "measured_kernels_dynamic_us"]
 KERNEL_COLUMNS = ["model", "point", "performance_model", "family", "op", "shape", "measured_count", "measured_us",
                   "predicted_count", "predicted_us", "error"]
 
@@ -375,7 +401,9 @@ def write(out: Path | None, doc: dict) -> None:
             steps.append({**base, "performance_model": name, **s, "measured_kernels": m.get("kernels"),
                           "measured_kernels_us": m.get("kernels_us"),
                           "predicted_launches": rec.get("predicted", {}).get(name, {}).get("launches"),
-                          "measured_eager_s": m.get("eager_s"), "measured_graph_s": m.get("graph_s")})
+                          "measured_eager_s": m.get("eager_s"), "measured_graph_s": m.get("graph_s"),
+                          "measured_eager_dynamic_s": m.get("dynamic", {}).get("eager_s"),
+                          "measured_kernels_dynamic_us": m.get("dynamic", {}).get("kernels_us")})
         for name, rows in rec.get("kernels", {}).items():
             kernels += [{"model": rec["model"], "point": rec["point"], "performance_model": name, **r} for r in rows]
     doc["accuracy"] = cl.accuracy(doc)

@@ -59,6 +59,10 @@ def test_cpu_run_measures_predicts_and_writes(cpu_run):
         assert set(r["predicted"]) == {"analytic", "roofline", "profiling"}
         assert r["step"]["analytic"]["error_eager"] == pytest.approx(
             r["predicted"]["analytic"]["step_s"] / m["eager_s"] - 1)
+    for r in doc["steps"]:  # each decode also timed with generate()'s DynamicCache, eager
+        dyn = r["measured"].get("dynamic")
+        assert (dyn is not None) == (r["phase"] == "decode")
+        assert dyn is None or (dyn["eager_s"] > 0 and dyn["kernels"] > 0 and "DynamicCache" in dyn["step"])
     decode = _step(doc, "llama-3.1-8b-tiny", "decode:2@32")["measured"]["step"]
     assert "StaticCache" in decode and "32 cached" in decode
     assert "GPU closed loop on cpu" in proc.stdout and "Kernel families (analytic)" in proc.stdout
@@ -143,6 +147,7 @@ def test_repredict_of_a_run_whose_predictions_failed(cpu_run, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--repredict", "/nonexistent"], "--repredict /nonexistent: /nonexistent/results.json is not a closed-loop"),
     (["--repredict", "/tmp", "--tiny"], "--repredict prices the models and points of the earlier run"),
+    (["--no-dynamic", "--decode-cache", "dynamic"], "--no-dynamic: with --decode-cache dynamic"),
 ])
 def test_repredict_bad_input(argv, message, capsys):
     assert _script().main(argv) == 2
