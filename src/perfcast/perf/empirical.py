@@ -73,6 +73,16 @@ class EmpiricalPerformanceModel(PerformanceModel):
             self.fallback = AnalyticPerformanceModel(self.device, mesh=self.mesh)
         return self.fallback
 
+    def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
+        """The fallback's terms, scaled so that one stream of them takes the priced time (a
+        measured kernel holds its resources in the analytic proportion, for its measured time)."""
+        busy = self._fallback().resource_times(op, kernel)
+        priced = self.process_op(op, kernel).time_s
+        serial = sympy.Max(busy.get("matrix", 0) + busy.get("vector", 0),
+                           *(t for r, t in busy.items() if r not in ("matrix", "vector")))
+        scale = priced / serial if serial != 0 else 1
+        return {r: t * scale for r, t in busy.items()}
+
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
         if _symbolic(op):
             answer: QueryResult | Miss = Miss("symbolic shapes: a table holds concrete sizes")

@@ -63,6 +63,13 @@ class PerformanceModel(ABC):
     def launch_overhead(self) -> Result:
         """The fixed cost of one kernel launch."""
 
+    def resource_times(self, op: Leaf, kernel: Cost | None = None) -> dict[str, sympy.Expr]:
+        """How long the leaf keeps each of the device's resources busy (``matrix``, ``vector``,
+        ``hbm``, ``onchip``, ``link:<axis>``): what the slow roll-up schedules. A model without
+        resource terms prices the fast roll-up only."""
+        raise NotImplementedError(f"performance model {self.name!r} has no resource terms: the slow roll-up "
+                                  f"cannot schedule it")
+
     def realize(self, expr: sympy.Expr) -> sympy.Expr:
         """Replace the model's opaque functions (if any) at numeric arguments by values."""
         return expr

@@ -3,8 +3,8 @@
 Every leaf gets a resource reservation table on the device (``perfcast.ir.rrt``): the cycles, at
 the device clock, for which it keeps each resource busy — matrix unit, vector unit, HBM/DMA,
 on-chip memory, each link axis — from the same pricing as the analytic time
-(:meth:`AnalyticPerformanceModel.resource_times`; a measured time scales those terms so that
-their max is the measurement), so that one leaf alone takes exactly its priced time. A leaf may
+(the performance model's ``resource_times``; the empirical model's measured time scales the
+analytic terms so that their max is the measurement), so that one leaf alone takes exactly its priced time. A leaf may
 carry its own table (``Leaf.rrt``, e.g. the WE-3 reference kernel), which wins.
 
 - A ``Loop`` is **modulo-scheduled** (:mod:`perfcast.rollup.modulo`): its body's ops and their
@@ -154,7 +154,7 @@ class SlowRollup:
         key = (id(leaf), id(kernel))
         busy = self._busy.get(key)
         if busy is None:  # the expressions do not depend on the point: built once
-            busy = self._busy[key] = _resource_times(self.model, leaf, kernel)
+            busy = self._busy[key] = self.model.resource_times(leaf, kernel)
         cyc = {r: self._cycles(t) for r, t in busy.items()}
         spans, compute = [], 0
         for r in ("matrix", "vector"):  # the same cores: matrix work, then vector work
@@ -300,20 +300,6 @@ def _occupancy(usage: Mapping[str, int], length: int, capacity: Mapping[str, int
             units = min(capacity.get(r, 1), -(-c // length))
             spans.append((r, 0, -(-c // units), units))
     return RRT(spans=tuple(spans), latency=length)
-
-
-def _resource_times(model, leaf: Leaf, kernel: Cost | None) -> dict[str, sympy.Expr]:
-    """Busy time per resource: the analytic terms, scaled to a measured time when the model
-    measured the leaf."""
-    if hasattr(model, "resource_times"):  # analytic, the datasheet roofline: their own terms
-        return model.resource_times(leaf, kernel)
-    analytic = model._fallback()
-    busy = analytic.resource_times(leaf, kernel)
-    priced = model.process_op(leaf, kernel).time_s
-    serial = sympy.Max(busy.get("matrix", 0) + busy.get("vector", 0),
-                       *(t for r, t in busy.items() if r not in ("matrix", "vector")))
-    scale = priced / serial if serial != 0 else 1
-    return {r: t * scale for r, t in busy.items()}
 
 
 def _capacities(device) -> dict[str, int]:
