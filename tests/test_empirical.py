@@ -78,7 +78,7 @@ def test_zero_cost_and_accepted_miss_say_why(db):
     x = Tensor("x", (8,), "bf16")
     view = make_leaf("copy", "v", (x,), (x,), op="aten.view.default")
     arange = make_leaf("copy", "a", (x,), (x,), op="torch.ops.aten.arange.default")
-    assert src.lookup(view) == QueryResult(0.0, Provenance.MEASURED, "aten.view.default: zero cost by mapping")
+    assert src.lookup(view) == QueryResult(0.0, Provenance.MAPPED, "aten.view.default: zero cost by mapping")
     assert "host-side index setup" in src.lookup(arange).note
 
 

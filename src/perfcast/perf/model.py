@@ -25,6 +25,9 @@ class Provenance(str, Enum):
     # an analytic price made with the kernel fit of another format whose kernel does the same
     # work (a weight-only NVFP4 GEMM with the bf16 GEMM's fit), at the leaf's own bytes and rate
     DERIVED = "derived"
+    # no measurement: a profiling database's op mapping prices the op at zero (a view, no kernel)
+    # or accepts its miss — counted apart, so that it never inflates the measured share
+    MAPPED = "mapped"
 
 
 BOUNDS = ("compute", "memory", "comm", "latency")

@@ -189,9 +189,9 @@ class ProfilingDataSource(DataSource):
         if entry is None:
             return Miss(f"no mapping for {name}")
         if entry.category == "zero_cost":
-            return QueryResult(0.0, Provenance.MEASURED, f"{name}: zero cost by mapping")
+            return QueryResult(0.0, Provenance.MAPPED, f"{name}: zero cost by mapping")
         if entry.category == "accepted_miss":
-            return QueryResult(0.0, Provenance.MEASURED, f"{name}: accepted miss: {entry.reason}")
+            return QueryResult(0.0, Provenance.MAPPED, f"{name}: accepted miss: {entry.reason}")
         if entry.category == "composite":
             return Miss(f"{name}: composite lookup is not available for this leaf")
         try:
@@ -235,9 +235,12 @@ class ProfilingDataSource(DataSource):
         if not hits:
             return Miss(f"{name}: no member of the fused kernel is in the database")
         missed = tuple(m for m, a in answers if isinstance(a, Miss))
+        priced = [a for a in hits if a.source is not Provenance.MAPPED]  # members with a kernel
         if missed:
             source = Provenance.PARTIAL
-        elif all(a.source is Provenance.MEASURED for a in hits):
+        elif not priced:
+            source = Provenance.MAPPED
+        elif all(a.source is Provenance.MEASURED for a in priced):
             source = Provenance.MEASURED
         else:
             source = Provenance.INTERPOLATED

@@ -34,6 +34,7 @@ PROVENANCE_COLOURS = {
     Provenance.PARTIAL.value: "#E69F00",
     Provenance.DERIVED.value: "#CC79A7",
     Provenance.ANALYTIC.value: "#0072B2",
+    Provenance.MAPPED.value: "#DDDDDD",
     "fallback": "#D55E00",
     "fallback (derived)": "#882255",
     "unknown": "#999999",
