@@ -423,7 +423,8 @@ def test_price_groups_decode_and_prefill_and_what_they_cannot_price(llama):
     (["--system", "tpu_v9"], "--system tpu_v9: no row has it"),
     (["--limit", "0"], "--limit: expected at least 1, got '0'"),
     (["--rows", "out.txt"], "--rows out.txt: expected a .csv or .json file name"),
-    (["--performance-model", "magic"], "--performance-model 'magic': expected one of analytic, profiling, roofline"),
+    (["--performance-model", "roofline"], "--performance-model roofline: the naive datasheet roofline is the baseline"),
+    (["--performance-model", "magic"], "--performance-model 'magic': expected one of analytic, profiling"),
     (["--subset", "nightly"], "--subset 'nightly': expected one of ci"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(cli, args, message):

@@ -61,6 +61,7 @@ def _silicon_sample(value: str | None) -> str | None:
 
 
 def run(args) -> int:
+    from perfcast.inference.steps import BASELINE
     from perfcast.inference.textgen import PERFORMANCE_MODELS
     from perfcast.inference.validation import ValidationRequest
     from perfcast.serving.validation import run as validate
@@ -68,9 +69,13 @@ def run(args) -> int:
     from perfcast.report.document import check, emit
 
     models = tuple(dict.fromkeys(args.performance_model or ("analytic",)))
+    choices = tuple(m for m in PERFORMANCE_MODELS if m != BASELINE)  # the baseline is in every report
     for m in models:
+        if m == BASELINE:
+            raise UserError(f"--performance-model {m}: the naive datasheet roofline is the baseline every "
+                            f"validation prints already; expected one of {', '.join(choices)}")
         if m not in PERFORMANCE_MODELS:
-            raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
+            raise UserError(f"--performance-model {m!r}: expected one of {', '.join(choices)}")
     refuse(args, ("--seed", args.population in (None, "stratified"),
                   f"draws the stratified sample; --population {args.population} is not drawn"),
            ("--jobs", args.serving, "sets the processes of the serving replay; add --serving"))
