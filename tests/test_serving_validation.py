@@ -34,6 +34,24 @@ def test_a_gap_analysis_row_says_its_client_is_assumed(cases):
     assert w.input_len.kind == "fixed" and client_of(c) == ASSUMED_CLIENT
 
 
+def test_a_row_the_replay_refuses_says_why_in_the_rows_and_the_report(cases, tmp_path):
+    """A mapped aggregated row perfcast serve refuses (a 15,000-token prompt under TensorRT-LLM's
+    default 8,192-token budget, chunked prefill off) gets no serving figure, and its rows-file
+    record and the printed report say why."""
+    from rich.console import Console
+
+    req = ValidationRequest(systems=("b200_sxm",), models=("qwen3-32b",), modes=("agg",), backends=("trtllm",))
+    doc = run(req)
+    refused = [p for p in doc["predictions"]["analytic"] if p.serving_reason]
+    assert refused and all(p.ttft_serving_ms is None and "serving" not in p.tpot_ms for p in refused)
+    assert any("is less than request 0's input_length 15000" in p.serving_reason for p in refused)
+    rows = {r["id"]: r for r in report.row_records(doc)}
+    assert all(rows[p.case.id]["analytic serving not priced"] == p.serving_reason for p in refused)
+    console = Console(record=True, width=300)
+    report.render(console, doc)
+    assert "analytic: no serving figure" in console.export_text()
+
+
 def test_rows_the_replay_cannot_take_say_why(cases):
     dis = next(c for c in cases.values() if c.mode == "disagg" and c.predictable and not c.decode_workers)
     assert "not stated" in replay(dis).reason

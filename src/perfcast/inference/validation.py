@@ -81,6 +81,7 @@ class Prediction:
     measured_share: float | None = None
     unpriced: int = 0
     ttft_serving_ms: float | None = None
+    serving_reason: str | None = None  # why the serving replay gave no figure (validate --serving)
 
     def error(self, mapping: str) -> float | None:
         """Signed relative error of TPOT, (predicted − measured) / measured."""

@@ -54,6 +54,8 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
             r = replayed.get((model, i))
             if r is not None and r.reason is None:
                 p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
+            elif r is not None:
+                p = replace(p, serving_reason=r.reason)
             mine.append(p)
         out[model] = mine
     return out
