@@ -4,8 +4,9 @@ Every leaf gets a resource reservation table on the device (``perfcast.ir.rrt``)
 the device clock, for which it keeps each resource busy — matrix unit, vector unit, HBM/DMA,
 on-chip memory, each link axis — from the same pricing as the analytic time
 (the performance model's ``resource_times``; the empirical model's measured time scales the
-analytic terms so that their max is the measurement), so that one leaf alone takes exactly its priced time. A leaf may
-carry its own table (``Leaf.rrt``, e.g. the WE-3 reference kernel), which wins.
+analytic terms so that their max is the measurement), so that one leaf alone takes exactly its
+priced time. A leaf may carry its own table (``Leaf.rrt``, e.g. the WE-3 reference kernel), which
+wins.
 
 - A ``Loop`` is **modulo-scheduled** (:mod:`perfcast.rollup.modulo`): its body's ops and their
   dependences — dataflow inside a kernel, stream order between kernels, accumulators carried to
