@@ -6,8 +6,9 @@ and each point (``prefill:BxS``, ``decode:B@C``) this script
 1. times the model's kernels at that step with ``perfcast profile``'s collector into the run's
    own profiling database (``--out DIR/kernel-db``; skip with ``--no-kernel-db``);
 2. predicts the step with ``perfcast.inference.textgen.simulate`` — the eager engine
-   (``perfcast.profiler.closed_loop.ENGINE``), the analytic model and the profiling model over
-   the run's database — for the perfcast device of this GPU (``--perfcast-device``);
+   (``perfcast.profiler.closed_loop.ENGINE``), the analytic model, the datasheet roofline (the
+   same-run baseline) and the profiling model over the run's database — for the perfcast device
+   of this GPU (``--perfcast-device``);
 3. runs the step for real: eager (median of ``--repeats`` after warm-up), as a CUDA-graph replay
    of the whole step with static inputs and cache, and once under torch.profiler for the list
    of kernels it launches;
