@@ -202,8 +202,7 @@ def run_point(ctx, built, model, point) -> dict:
             except GraphUnavailable as e:
                 meas["graph"] = f"not captured: {e}"
         records = bk.trace(step, before=step.reset)
-        meas.update(kernels=len(records), kernels_us=sum(r.duration_us for r in records),
-                    kernel_keys=cl.keys_to_json(cl.measured_kernels(records)))
+        meas.update(_traced(records))
         if graph is not None:
             replayed = bk.trace(graph, before=step.reset)
             meas.update(graph_kernels=len(replayed), graph_kernels_us=sum(r.duration_us for r in replayed))
@@ -230,9 +229,14 @@ def _dynamic(bk, built, point, args) -> dict:
 
     step = steps.DecodeStep(built.model, point.batch, point.context, "dynamic", args.seed)
     eager = bk.time(step, before=step.reset, warmup=args.warmup, repeats=args.repeats)
-    records = bk.trace(step, before=step.reset)
     return {"step": step.description, "eager_s": statistics.median(eager), "eager_samples_s": eager,
-            "kernels": len(records), "kernels_us": sum(r.duration_us for r in records),
+            **_traced(bk.trace(step, before=step.reset))}
+
+
+def _traced(records) -> dict:
+    """A traced step's kernels: how many, their device time, and per kernel key (kept always, so
+    that ``--repredict`` can compare them with any later prediction)."""
+    return {"kernels": len(records), "kernels_us": sum(r.duration_us for r in records),
             "kernel_keys": cl.keys_to_json(cl.measured_kernels(records))}
 
 
