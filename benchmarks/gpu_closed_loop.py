@@ -358,7 +358,8 @@ def repredict(args) -> dict:
 
     doc["repredicted"] = {"from": str(path), "measured_perfcast_device": doc["perfcast_device"],
                           "measured_dtype": doc["dtype"], "torch": str(torch.__version__)}
-    doc.update(perfcast_device=name, dtype=dtype, profiling_database=args.profiling_database)
+    # the run's kernel database is where the run wrote it; this pricing writes none
+    doc.update(perfcast_device=name, dtype=dtype, profiling_database=args.profiling_database, kernel_db=None)
     write(Path(args.out) if args.out else None, doc)
     return doc
 

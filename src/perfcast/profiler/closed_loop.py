@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from perfcast.ir import UserError
 from perfcast.profiler.families import ATTENTION, FAMILIES, GEMM, leaf_family, measured_family, packet
+from perfcast.profiler.timing import CUPTI_OVERHEAD
 
 #: The engine perfcast prices the measured eager step with — the one place to change it.
 #: ``eager`` is PyTorch as Hugging Face runs it: one kernel per aten op, one host launch each.
@@ -271,9 +272,25 @@ def step_row(eager_s: float | None, graph_s: float | None, prediction: Predictio
 
 
 # A step's record (results.json) ----------------------------------------------------------------
+def drop_overhead(meas: dict) -> dict:
+    """A traced step's kernel summary (``kernels``, ``kernels_us``, ``kernel_keys``) without
+    CUPTI's overhead activities, which a run traced before they were left out
+    (:data:`~perfcast.profiler.timing.CUPTI_OVERHEAD`) counted as kernels; what is taken out is
+    kept under ``cupti_overhead`` as ``[activities, µs]``. The DynamicCache step likewise."""
+    for m in (meas, meas.get("dynamic") or {}):
+        keys = m.get("kernel_keys") or []
+        stalls = [k for k in keys if k[1] in CUPTI_OVERHEAD]
+        if stalls:
+            n, us = sum(k[3] for k in stalls), sum(k[4] for k in stalls)
+            m["kernel_keys"] = [k for k in keys if k[1] not in CUPTI_OVERHEAD]
+            m["kernels"], m["kernels_us"] = m["kernels"] - n, m["kernels_us"] - us
+            m["cupti_overhead"] = [n, us]
+    return meas
+
+
 def compare(rec: dict, preds: dict) -> dict:
     """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``."""
-    meas = rec["measured"]
+    meas = drop_overhead(rec["measured"])
     rec["predicted"] = {m: p.to_json() for m, p in preds.items()}
     rec["step"], rec["families"], rec["kernels"] = {}, {}, {}
     measured = keys_from_json(meas["kernel_keys"]) if "kernel_keys" in meas else None

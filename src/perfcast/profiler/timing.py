@@ -65,6 +65,14 @@ def op_packet(name: str) -> str:
     return name.split("::", 1)[1] if "::" in name else name
 
 
+# CUPTI's overhead activities, which Kineto puts on the device's timeline beside the kernels:
+# no device work — "Command Buffer Full" is the host waiting for room in the launch queue. Names
+# as pytorch/kineto libkineto/src/cupti_strings.cpp overheadKindString() spells them.
+CUPTI_OVERHEAD = frozenset({"Unknown", "Driver Compiler", "Buffer Flush", "Instrumentation", "Resource",
+                            "Runtime Triggered Module Loading", "Lazy Function Loading",
+                            "Command Buffer Full", "Activity Buffer Request", "UVM Activity Initialization"})
+
+
 def device_kernels(events) -> list[KernelRecord]:
     """The kernels of a CUDA trace (``profile.events()``), each with the op that launched it.
 
@@ -73,8 +81,9 @@ def device_kernels(events) -> list[KernelRecord]:
     ``aten::linear``; torch.profiler attaches kernels to ops by the same ids
     (``torch/autograd/profiler.py``, ``_parse_kineto_results``). A kernel linked to no op (a
     graph replay, a library's own launch) has ``op`` None. Where device events carry no link
-    (older torch), the kernels are read from the ops' own ``kernels`` lists instead."""
-    device = [e for e in events if _device(e) == "CUDA"]
+    (older torch), the kernels are read from the ops' own ``kernels`` lists instead. CUPTI's
+    overhead activities (:data:`CUPTI_OVERHEAD`) are not kernels and are left out."""
+    device = [e for e in events if _device(e) == "CUDA" and str(e.name) not in CUPTI_OVERHEAD]
     if device and all(hasattr(d, "linked_correlation_id") for d in device):
         ops = {e.id: e for e in events if _device(e) == "CPU" and not getattr(e, "linked_correlation_id", 0)}
         out = []
