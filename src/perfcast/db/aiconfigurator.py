@@ -43,8 +43,8 @@ MATMUL_OPS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
 # aiconfigurator NCCL op names → table names; perfcast collective leaf kinds → table names
 COLLECTIVES = {"all_gather": "AllGather", "all_reduce": "AllReduce", "alltoall": "AllToAll",
                "reduce_scatter": "ReduceScatter"}
-COLLECTIVE_KINDS = {"all_gather": "AllGather", "all_reduce": "AllReduce", "all_to_all": "AllToAll",
-                    "reduce_scatter": "ReduceScatter"}
+COLLECTIVE_TABLES = {"all_gather": "AllGather", "all_reduce": "AllReduce", "all_to_all": "AllToAll",
+                     "reduce_scatter": "ReduceScatter"}
 
 #: (op directory, parquet file, converter) for a framework's tables, in mapping order. The
 #: first three define a framework version (:func:`framework_versions`).
@@ -72,7 +72,7 @@ OPS = {
     "perfcast.moe_experts.default": ("moe_fused", ["GroupedMatMul"]),
     "custom_all_reduce": ("communication", ["CustomAllReduce", "AllReduce"]),
     "custom_all_reduce_eager": ("communication", ["CustomAllReduceEager", "AllReduce"]),
-    **{kind: ("communication", [name]) for kind, name in COLLECTIVE_KINDS.items()},
+    **{kind: ("communication", [name]) for kind, name in COLLECTIVE_TABLES.items()},
 }
 
 

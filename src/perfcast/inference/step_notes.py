@@ -69,7 +69,7 @@ def pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
             notes.append(f"{name}: kernels priced by calibrated fits ({label}): "
                          + ", ".join(f"{k} ×{n:,}" for k, n in sorted(by.items(), key=lambda kv: -kv[1])))
         if generic:
-            for unit in getattr(model, "uncalibrated", lambda: [])():
+            for unit in model.uncalibrated():
                 notes.append(f"{name}: no {unit} efficiency curve for {model.device.name}; "
                              f"{unit} work of the {generic} kernel(s) no calibrated fit covers priced at datasheet peak")
         notes.extend(f"{name}: {n} ({k:,} call{'s' if k != 1 else ''})" for n, k in seen.items())

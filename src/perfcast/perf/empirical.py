@@ -62,6 +62,7 @@ class EmpiricalPerformanceModel(PerformanceModel):
     data_source: DataSource
     fallback: PerformanceModel | None = None
     name: str = "profiling"
+    falls_back = True  # class attribute (no annotation): not a dataclass field
     mesh: object = None  # a hardware.topology.Mesh: collectives' groups and the fallback's topology
     misses: list[MissRecord] = field(default_factory=list)
     notes: tuple[str, ...] = ()  # what pricing from this data source assumes (another engine version's tables)

@@ -8,7 +8,7 @@ both how long and why.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -55,6 +55,15 @@ class Result:
 
 class PerformanceModel(ABC):
     name: str
+    #: an empirical model prices a miss with its analytic fallback: its analytic figures are
+    #: fallbacks, and ``misses`` lists what its data did not answer (leaf, op, reason)
+    falls_back: bool = False
+    misses: Sequence = ()
+
+    def uncalibrated(self) -> list[str]:
+        """Units priced at datasheet peak because the device has no efficiency curve for them
+        (none, for a model without efficiency curves)."""
+        return []
 
     @abstractmethod
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:

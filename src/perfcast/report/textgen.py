@@ -145,7 +145,7 @@ def flops_summary(result) -> dict:
 
 def _label(result, name: str, shares: dict[str, float]) -> dict[str, float]:
     """In an empirical model, an analytic price is the fallback for a miss: say so."""
-    if not hasattr(result.rollups[name].model, "misses"):
+    if not result.rollups[name].model.falls_back:
         return shares
     fallback = {"analytic": "fallback", "derived": "fallback (derived)"}
     return {fallback.get(k, k): v for k, v in shares.items()}
@@ -172,8 +172,6 @@ def provenance_by_count(result, name: str) -> dict[str, float]:
 def missed_ops(result, name: str) -> list[dict]:
     """Ops the model's data source could not price, by fallback time, with the reason."""
     model = result.rollups[name].model
-    if not hasattr(model, "misses"):
-        return []
     by_leaf = {lt.name: (lt, row) for lt, row in zip(result.rollups[name].leaves,
                                                      result.evaluations[name].leaves.values())}
     out: dict[str, dict] = {}
@@ -189,7 +187,7 @@ def empirical_metrics(result) -> dict:
     return {name: {"provenance_by_time": provenance_by_time(result, name),
                    "provenance_by_count": provenance_by_count(result, name),
                    "missed_ops": missed_ops(result, name)}
-            for name in result.rollups if hasattr(result.rollups[name].model, "misses")}
+            for name in result.rollups if result.rollups[name].model.falls_back}
 
 
 def to_json(result) -> dict:
