@@ -164,16 +164,19 @@ def run_point(ctx, built, model, point) -> dict:
             database = str(profile_model(model, ctx["kernel_db"], ctx["db_name"], num_queries=point.batch,
                                          query_length=point.tokens, context_length=point.context,
                                          decode=point.decode, dtype=ctx["dtype"],
-                                         engine=ctx["engine_options"]["engine"],
+                                         engine=cl.engine_options(point, args.decode_cache)[0]["engine"],
                                          repeats=args.repeats, device=bk.device))
             load_database.cache_clear()  # the database just grew: reload it
         except Exception as e:
             rec["errors"].append(f"kernel profile: {_why(e)}")
             database = None
-    preds = {}
+    preds, dynamic = {}, None
     try:
-        preds, notes, _ = cl.predict(model, ctx["device"], point, ctx["dtype"], database)
+        preds, notes, _ = cl.predict(model, ctx["device"], point, ctx["dtype"], database, args.decode_cache)
         rec["notes"] = notes
+        if _times_dynamic(point, args):
+            dynamic, more, _ = cl.predict(model, ctx["device"], point, ctx["dtype"], database, "dynamic")
+            rec["notes"] = list(dict.fromkeys([*notes, *more]))
     except Exception as e:
         rec["errors"].append(f"prediction: {_why(e)}")
     meas: dict = {}
@@ -207,7 +210,7 @@ def run_point(ctx, built, model, point) -> dict:
             replayed = bk.trace(graph, before=step.reset)
             meas.update(graph_kernels=len(replayed), graph_kernels_us=sum(r.duration_us for r in replayed))
         del graph, step
-        if point.decode and args.decode_cache == "static" and not args.no_dynamic:
+        if _times_dynamic(point, args):
             gc.collect()
             meas["dynamic"] = _dynamic(bk, built, point, args)
     except Exception as e:
@@ -216,7 +219,12 @@ def run_point(ctx, built, model, point) -> dict:
         gc.collect()
         if bk.kind == "cuda":
             bk.torch.cuda.empty_cache()
-    return cl.compare(rec, preds)
+    return cl.compare(rec, preds, dynamic)
+
+
+def _times_dynamic(point, args) -> bool:
+    """Whether a static-cache decode is also timed with a DynamicCache (``--no-dynamic`` not given)."""
+    return point.decode and args.decode_cache == "static" and not getattr(args, "no_dynamic", False)
 
 
 def _dynamic(bk, built, point, args) -> dict:
@@ -256,7 +264,8 @@ def run(args, clock=time.monotonic) -> dict:
         cl.perfcast_device_for(bk.name, args.perfcast_device)
     device = get_device(name)
     dtype = args.dtype or ("bf16" if bk.kind == "cuda" else "fp32")
-    options, engine = cl.engine_options()
+    options, _ = cl.engine_options(None, args.decode_cache)
+    engine = cl.engines_label(args.decode_cache)
     out = Path(args.out) if args.out else None
     scratch = None if out else tempfile.TemporaryDirectory(prefix="perfcast-loop-")
     collect = not (args.no_kernel_db or args.profiling_database)
@@ -343,23 +352,27 @@ def repredict(args) -> dict:
     for rec in steps:
         config = infos.get(rec["model"], {}).get("config")
         rec["errors"] = [e for e in rec["errors"] if not e.startswith("prediction:")]
-        preds = {}
+        preds, dynamic = {}, None
         if config is None:
             rec["errors"].append("prediction: the model's config is not in results.json")
         else:
             model = ModelConfig(rec["model"], config, path, {"source": f"the config the run built ({path})"})
+            point, cache = cl.parse_points(rec["point"])[0], doc.get("decode_cache", "static")
             try:
-                preds, rec["notes"], _ = cl.predict(model, device, cl.parse_points(rec["point"])[0], dtype,
-                                                    args.profiling_database)
+                preds, rec["notes"], _ = cl.predict(model, device, point, dtype, args.profiling_database, cache)
+                if rec.get("measured", {}).get("dynamic"):
+                    dynamic, more, _ = cl.predict(model, device, point, dtype, args.profiling_database, "dynamic")
+                    rec["notes"] = list(dict.fromkeys([*rec["notes"], *more]))
             except Exception as e:
                 rec["errors"].append(f"prediction: {_why(e)}")
-        cl.compare(rec, preds)
+        cl.compare(rec, preds, dynamic)
     import torch
 
     doc["repredicted"] = {"from": str(path), "measured_perfcast_device": doc["perfcast_device"],
                           "measured_dtype": doc["dtype"], "torch": str(torch.__version__)}
     # the run's kernel database is where the run wrote it; this pricing writes none
-    doc.update(perfcast_device=name, dtype=dtype, profiling_database=args.profiling_database, kernel_db=None)
+    doc.update(perfcast_device=name, dtype=dtype, profiling_database=args.profiling_database, kernel_db=None,
+               engine=cl.engines_label(doc.get("decode_cache", "static")))
     write(Path(args.out) if args.out else None, doc)
     return doc
 
@@ -376,11 +389,14 @@ def summary(rec: dict) -> str:
     if "eager_s" in m:
         parts.append(f"eager {m['eager_s'] * 1e3:.3f} ms")
     parts.append(f"graph {m['graph_s'] * 1e3:.3f} ms" if "graph_s" in m else f"graph: {m.get('graph', '-')}")
-    if "dynamic" in m:
-        parts.append(f"eager (DynamicCache) {m['dynamic']['eager_s'] * 1e3:.3f} ms")
     for name, s in rec.get("step", {}).items():
         err = f" ({s['error_eager']:+.1%})" if s["error_eager"] is not None else ""
         parts.append(f"{name} {s['predicted_s'] * 1e3:.3f} ms{err}")
+    if "dynamic" in m:
+        parts.append(f"| DynamicCache: eager {m['dynamic']['eager_s'] * 1e3:.3f} ms")
+        for name, d in rec.get("dynamic", {}).items():
+            err = f" ({d['error_eager']:+.1%})" if d["error_eager"] is not None else ""
+            parts.append(f"{name} {d['predicted_s'] * 1e3:.3f} ms{err}")
     if rec["errors"]:
         parts.append("ERRORS: " + "; ".join(rec["errors"]))
     return " ".join(parts)
@@ -389,9 +405,17 @@ def summary(rec: dict) -> str:
 STEP_COLUMNS = ["model", "point", "phase", "batch", "tokens", "context", "status", "performance_model",
                 "measured_eager_s", "measured_graph_s", "predicted_s", "predicted_kernels_s", "predicted_launch_s",
                 "error_eager", "error_graph", "measured_kernels", "measured_kernels_us", "predicted_launches",
-                "measured_eager_dynamic_s", "measured_kernels_dynamic_us"]
+                "measured_eager_dynamic_s", "measured_kernels_dynamic_us", "predicted_dynamic_s",
+                "predicted_dynamic_kernels_s", "error_dynamic_eager", "error_dynamic_kernels"]
 KERNEL_COLUMNS = ["model", "point", "performance_model", "family", "op", "shape", "measured_count", "measured_us",
                   "predicted_count", "predicted_us", "error"]
+
+
+def _dynamic_columns(row: dict | None) -> dict:
+    if not row:
+        return {}
+    return {"predicted_dynamic_s": row["predicted_s"], "predicted_dynamic_kernels_s": row["predicted_kernels_s"],
+            "error_dynamic_eager": row["error_eager"], "error_dynamic_kernels": row["error_kernels"]}
 
 
 def write(out: Path | None, doc: dict) -> None:
@@ -409,7 +433,8 @@ def write(out: Path | None, doc: dict) -> None:
                           "predicted_launches": rec.get("predicted", {}).get(name, {}).get("launches"),
                           "measured_eager_s": m.get("eager_s"), "measured_graph_s": m.get("graph_s"),
                           "measured_eager_dynamic_s": m.get("dynamic", {}).get("eager_s"),
-                          "measured_kernels_dynamic_us": m.get("dynamic", {}).get("kernels_us")})
+                          "measured_kernels_dynamic_us": m.get("dynamic", {}).get("kernels_us"),
+                          **_dynamic_columns(rec.get("dynamic", {}).get(name))})
         for name, rows in rec.get("kernels", {}).items():
             kernels += [{"model": rec["model"], "point": rec["point"], "performance_model": name, **r} for r in rows]
     doc["accuracy"] = cl.accuracy(doc)

@@ -62,7 +62,7 @@ def run_cli(*argv) -> tuple[int, str, str]:
 # -- the profiles as data -------------------------------------------------------------------------
 
 def test_every_shipped_profile_loads_and_cites_its_sources():
-    assert engine_names() == ["eager", "sglang", "trtllm", "vllm", "vllm-ascend", "xla"]
+    assert engine_names() == ["eager", "eager-static", "sglang", "trtllm", "vllm", "vllm-ascend", "xla"]
     for name in engine_names():
         p = get_engine(name)
         assert p.name == name and p.framework and p.version
@@ -114,7 +114,7 @@ def test_engines_command_lists_profiles_and_shows_rules():
     doc = json.loads(run_cli("engines", "vllm", "--json")[1])
     assert doc["rules"][0]["rule"] == "drop" and doc["rules"][0]["sources"]
     rc, _, err = run_cli("engines", "tensorflow")
-    assert rc == 2 and "unknown engine 'tensorflow'; known: eager, sglang" in err
+    assert rc == 2 and "unknown engine 'tensorflow'; known: eager, eager-static, sglang" in err
 
 
 def test_every_device_declares_a_default_engine_it_can_run():
@@ -170,8 +170,42 @@ def test_llama_layer_kernels(engine):
 def test_eager_runs_one_kernel_per_captured_op():
     r = sim("llama-3.1-8b", "h100-sxm", "eager", True)
     seq = kernel_sequence(r)
-    assert len(seq["layers[0]×32"]) == 38 and seq["layers[0]×32"][8:11] == ["aten.mm"] * 3
-    assert r.launch.mode == "eager" and r.rollups["analytic"].kernels == 10 + 38 * 32 + 9
+    layer = seq["layers[0]×32"]
+    assert len(layer) == 39 and layer[8:11] == ["aten.mm"] * 3
+    assert layer[21:23] == ["cat×2", "sdpa"]  # DynamicCache.update's torch.cat (keys, values), then sdpa
+    # 38 captured ops and the cache copy per layer, run as two kernels (keys, values)
+    assert r.launch.mode == "eager" and r.rollups["analytic"].kernels == 10 + 39 * 32 + 32 + 9
+
+
+def _cache_leaf(engine: str, context: int):
+    r = simulate(Request(load_model_config("llama-3.1-8b"), get_device("h200-sxm"), engine=engine, num_queries=8,
+                         context_length=context, decode=True))
+    return next(lt.leaf for lt in r.rollups["analytic"].leaves if lt.leaf.attr("kernel_class") == "cache_write")
+
+
+def test_dynamic_cache_copies_the_whole_cache_every_step():
+    """generate()'s DynamicCache: torch.cat([cached, new], dim=-2) for keys and values reads
+    the C cached entries and the new one and writes all C + 1 (8 KV heads x 128 x 2 (K, V) x 2
+    bytes = 4 KiB per token per layer for Llama-3.1-8B); a StaticCache writes the new entry."""
+    from perfcast.ir import BYTES_HBM
+
+    per_token = 8 * 128 * 2 * 2
+    dynamic, static = _cache_leaf("eager", 4096), _cache_leaf("eager-static", 4096)
+    assert dynamic.cost.get(BYTES_HBM) == 8 * per_token * (1 + 4096 + 4096 + 1)  # 8 sequences
+    assert dynamic.attr("op") == "eager.cat" and dynamic.attr("launches") == 2
+    assert static.cost.get(BYTES_HBM) == 8 * 2 * per_token and static.attr("op") == "eager-static.index_copy_"
+
+
+def test_a_profile_extends_a_shipped_one(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("extends: eager-static\nname: mine\ndescription: eager with a static cache, renamed\n")
+    p = load_profile_file(f)
+    assert p.name == "mine" and p.rules == get_engine("eager-static").rules
+    assert p.launch == get_engine("eager").launch  # through eager-static, from eager
+    f = tmp_path / "other.yaml"  # (profiles are read once per path)
+    f.write_text("extends: tensorflow\nname: other\n")
+    with pytest.raises(SpecError, match="key 'extends' is 'tensorflow'; expected a shipped engine"):
+        load_profile_file(f)
 
 
 def test_moe_layer_kernels():

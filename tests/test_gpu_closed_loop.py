@@ -48,7 +48,7 @@ def test_cpu_run_measures_predicts_and_writes(cpu_run):
     doc = json.loads((out / "results.json").read_text())
     assert doc["status"] == "complete" and doc["device"]["kind"] == "cpu"
     assert doc["perfcast_device"] == "cpu-local" and doc["dtype"] == "fp32"
-    assert doc["engine"] == cl.engine_options()[1]
+    assert doc["engine"] == cl.engines_label("static")
     assert len(doc["steps"]) == 4 and all(r["status"] == "ok" for r in doc["steps"]), \
         [r["errors"] for r in doc["steps"]]
     for r in doc["steps"]:
@@ -59,10 +59,15 @@ def test_cpu_run_measures_predicts_and_writes(cpu_run):
         assert set(r["predicted"]) == {"analytic", "roofline", "profiling"}
         assert r["step"]["analytic"]["error_eager"] == pytest.approx(
             r["predicted"]["analytic"]["step_s"] / m["eager_s"] - 1)
-    for r in doc["steps"]:  # each decode also timed with generate()'s DynamicCache, eager
+    for r in doc["steps"]:  # each decode also timed with generate()'s DynamicCache, eager, and priced
         dyn = r["measured"].get("dynamic")
         assert (dyn is not None) == (r["phase"] == "decode")
         assert dyn is None or (dyn["eager_s"] > 0 and dyn["kernels"] > 0 and "DynamicCache" in dyn["step"])
+        if dyn is not None:  # by the engine of that cache, which copies the cache every step
+            row = r["dynamic"]["analytic"]
+            assert row["error_eager"] == pytest.approx(row["predicted_s"] / dyn["eager_s"] - 1)
+            assert row["predicted_kernels_s"] > r["predicted"]["analytic"]["kernels_s"]
+    assert {"eager (DynamicCache)", "kernels (DynamicCache)"} <= {a["against"] for a in doc["accuracy"]}
     decode = _step(doc, "llama-3.1-8b-tiny", "decode:2@32")["measured"]["step"]
     assert "StaticCache" in decode and "32 cached" in decode
     assert "GPU closed loop on cpu" in proc.stdout and "Kernel families (analytic)" in proc.stdout
@@ -356,7 +361,11 @@ def test_other_gpus_need_a_perfcast_device(name):
 
 
 def test_engine_switch_is_one_place():
-    assert cl.engine_options() == ({"engine": "eager"}, "--engine eager")
+    """A prefill fills a DynamicCache (``eager``); a decode runs over the loop's cache."""
+    assert cl.engine_options() == ({"engine": "eager-static"}, "--engine eager-static")
+    assert cl.engine_options(cl.Point("prefill", 1, 16, 0)) == ({"engine": "eager"}, "--engine eager")
+    assert cl.engine_options(cl.Point("decode", 2, 1, 16), "dynamic")[0] == {"engine": "eager"}
+    assert cl.engines_label("dynamic") == "--engine eager"
 
 
 def test_budget():
@@ -399,11 +408,18 @@ def test_decode_step_static_cache_is_repeatable_and_matches_dynamic(tiny_llama):
     static.reset()
     assert static.cached_tokens() == 16 and torch.equal(static(), first)
     dynamic = steps.DecodeStep(tiny_llama.model, 2, 16, "dynamic")
-    for s, d in zip(static.cache.layers, dynamic.cache.layers):  # the same 16 cached tokens
-        d.keys, d.values = s.keys[..., :16, :].clone(), s.values[..., :16, :].clone()
+    dynamic.filled = [(s.keys[..., :16, :].clone(), s.values[..., :16, :].clone())  # the same 16 cached tokens
+                      for s in static.cache.layers]
+    dynamic.reset()
+    assert torch.allclose(dynamic(), first, atol=1e-5)
+    assert dynamic.cached_tokens() == 17
+    dynamic.reset()
+    # back to the filled tensors themselves: contiguous, as generate()'s cache is (a slice of the
+    # step's 17-token output is not, and torch.cat reads a strided input several times slower)
+    assert dynamic.cached_tokens() == 16
+    assert all(d.keys is k and d.keys.is_contiguous() for d, (k, _) in zip(dynamic.cache.layers, dynamic.filled))
     assert torch.allclose(dynamic(), first, atol=1e-5)
     dynamic.reset()
-    assert dynamic.cached_tokens() == 16
     static.reset()
     static.cache.layers[0].keys[:, :, 0].add_(1.0)  # the first cached token matters: it is attended
     assert not torch.allclose(static(), first, atol=1e-5)

@@ -24,13 +24,25 @@ def test_one_decode_gemm_on_h100():
 
 
 @pytest.mark.parametrize("model, point, predicted_ms, measured_graph_ms, error_in_docs", [
-    # benchmarks/measured/h200-2026-12-04 (docs/design/validation.md, "GPU closed loop"): the
-    # eager engine's step less its host launches against the step's CUDA-graph replay on an H200
-    ("llama-3.1-8b", "decode:1@1024", 6.907, 8.067, -0.144),
-    ("qwen3-30b-a3b", "prefill:1x2048", 56.72, 68.08, -0.167),
+    # benchmarks/measured/h200-2026-12-04b (docs/design/validation.md, "GPU closed loop", second
+    # run): the step less its host launches against its CUDA-graph replay on an H200 — the decode
+    # over a StaticCache (eager-static), the prefill filling a DynamicCache (eager)
+    ("llama-3.1-8b", "decode:1@1024", 6.971, 7.988, -0.127),
+    ("qwen3-30b-a3b", "prefill:1x2048", 56.91, 67.49, -0.157),
 ])
 def test_eager_steps_measured_on_an_h200(model, point, predicted_ms, measured_graph_ms, error_in_docs):
     preds, _, _ = cl.predict(load_model_config(model), get_device("h200-sxm"), cl.parse_points(point)[0], "bf16")
     got = preds["analytic"].kernels_s * 1e3
     assert got == pytest.approx(predicted_ms, rel=5e-4)
     assert round(got / measured_graph_ms - 1, 3) == error_in_docs  # the figure the docs' table quotes
+
+
+def test_dynamic_cache_decode_measured_on_an_h200():
+    """benchmarks/measured/h200-2026-12-04d (validation.md, "GPU closed loop", third run): Llama-3.1-8B
+    decoding 64 sequences after 4,096 tokens with generate()'s DynamicCache — 32.575 ms of kernels
+    traced, 17.1 ms of them the per-layer torch.cat of the cache — against eager's kernels."""
+    preds, _, _ = cl.predict(load_model_config("llama-3.1-8b"), get_device("h200-sxm"),
+                             cl.parse_points("decode:64@4096")[0], "bf16", cache="dynamic")
+    got = preds["analytic"].kernels_s * 1e3
+    assert got == pytest.approx(30.787, rel=5e-4)
+    assert round(got / 32.575 - 1, 3) == -0.055

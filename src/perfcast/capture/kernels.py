@@ -16,7 +16,10 @@ leaf whose kind is a rule-book kind and whose cost is the fused kernel's:
 - ``absorb``: a main op (attention, a collective) whose kernel also runs ``records`` before or
   after it: the main op's cost plus the absorbed ops' FLOPs and the HBM traffic they add;
 - ``cache``: the KV-cache write of an attention as a kernel of its own (reads K and V, writes the
-  entries in the cache dtype); the attention leaf then carries ``cache_write=False``;
+  entries in the cache dtype); the attention leaf then carries ``cache_write=False``. With the
+  ``cache_concat`` attr the kernel is a whole-cache copy (transformers' ``DynamicCache``:
+  ``torch.cat([cached, new], dim=-2)`` per layer for keys and values): it also reads the
+  ``past`` cached entries and writes all ``past + S`` of them;
 - ``drop``: records the engine never runs per step (its reason is reported, never silent).
 """
 
@@ -91,7 +94,14 @@ def build(lw, g: KernelGroup, index: int) -> Leaf | None:
     if g.how == "cache":
         name = f"{g.main.module}/{g.kernel}#{index}"
         ins = [lw.tensor(f"{name}:in{i}", t) for i, t in enumerate(_cache_reads(g.main))]
-        return make_leaf("copy", name, ins, [cache_entry(lw, g.main).renamed(f"{name}:out0")],
+        new = cache_entry(lw, g.main)
+        out = new
+        if g.attrs.get("cache_concat"):
+            b, s, width = new.shape
+            past = lw.expr(g.main.scalars[0])
+            ins.append(Tensor(f"{name}:in{len(ins)}", (b, past, width), new.dtype))
+            out = Tensor(new.name, (b, past + s, width), new.dtype)
+        return make_leaf("copy", name, ins, [out.renamed(f"{name}:out0")],
                          op=f"{lw.engine}.{g.kernel}", module=g.main.module, **attrs)
     raise ValueError(f"kernel group {g.kernel!r}: unknown grouping {g.how!r}")
 

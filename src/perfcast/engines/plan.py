@@ -312,9 +312,10 @@ def _attention(rule, entries, ctx, lw, state):
                 pass
             elif id(attn) in state["cached"]:
                 e.attrs["cache_write"] = False
-            elif how.mode == "separate":
+            elif how.mode in ("separate", "concat"):
                 e.attrs["cache_write"] = False
-                out.append(Entry([], [], how="cache", kernel=how.kernel, kernel_class="cache_write", main=attn))
+                out.append(Entry([], [], how="cache", kernel=how.kernel, kernel_class="cache_write", main=attn,
+                                 launches=how.launches, attrs={"cache_concat": True} if how.mode == "concat" else {}))
         out.append(e)
     return out
 

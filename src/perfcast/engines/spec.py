@@ -120,15 +120,18 @@ class AttentionKernels(_Strict):
 
 class CacheWrite(_Strict):
     """Where the new tokens' KV entries are written: inside the attention kernel, in a kernel of
-    their own (``kernel``), or by the fused prologue kernel before attention."""
+    their own (``kernel``), by the fused prologue kernel before attention — or, ``concat``, by a
+    kernel of their own that copies the whole cache with them into a new one (transformers'
+    ``DynamicCache``: ``torch.cat([cached, new])`` every step)."""
 
-    mode: Literal["in_kernel", "separate", "prologue"]
+    mode: Literal["in_kernel", "separate", "prologue", "concat"]
     kernel: Text | None = None
+    launches: PositiveInt = 1  # a separate or concat write run as this many kernels (keys, values)
 
     @model_validator(mode="after")
     def _named(self):
-        if self.mode == "separate" and not self.kernel:
-            raise ValueError("@kernel: a separate cache write needs a kernel name")
+        if self.mode in ("separate", "concat") and not self.kernel:
+            raise ValueError(f"@kernel: a {self.mode} cache write needs a kernel name")
         return self
 
 
@@ -343,10 +346,25 @@ def engine_names() -> list[str]:
     return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
 
 
+def _profile_data(path: Path, seen: tuple[str, ...] = ()) -> object:
+    """A profile file's data; ``extends: NAME`` starts from the shipped profile ``NAME``, whose
+    top-level keys the file's own replace (``rules`` as a whole list)."""
+    data = read_yaml(path)
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    base = data["extends"]
+    if not isinstance(base, str) or not (profiles_dir() / f"{base}.yaml").exists():
+        raise SpecError(f"{path}: key 'extends' is {base!r}; expected a shipped engine ({', '.join(engine_names())})")
+    if base in seen:
+        raise SpecError(f"{path}: key 'extends': profiles extend each other in a cycle ({' → '.join((*seen, base))})")
+    parent = _profile_data(profiles_dir() / f"{base}.yaml", (*seen, base))
+    return {**parent, **{k: v for k, v in data.items() if k != "extends"}}
+
+
 @lru_cache(maxsize=None)
 def load_profile_file(path: str | Path) -> EngineProfile:
     path = Path(path)
-    return parse_spec(EngineProfile, path, read_yaml(path))
+    return parse_spec(EngineProfile, path, _profile_data(path, (path.stem,)))
 
 
 def get_engine(name: str) -> EngineProfile:

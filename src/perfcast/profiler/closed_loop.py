@@ -27,15 +27,19 @@ from perfcast.ir import UserError
 from perfcast.profiler.families import ATTENTION, FAMILIES, GEMM, leaf_family, measured_family, packet
 from perfcast.profiler.timing import CUPTI_OVERHEAD
 
-#: The engine perfcast prices the measured eager step with — the one place to change it.
-#: ``eager`` is PyTorch as Hugging Face runs it: one kernel per aten op, one host launch each.
-ENGINE = "eager"
+#: The engines perfcast prices the measured eager steps with, by the transformers cache the step
+#: runs — the one place to change them. Both are PyTorch as Hugging Face runs it (one kernel per
+#: aten op, one host launch each): ``eager`` with generate()'s default DynamicCache (the loop's
+#: prefills fill one), ``eager-static`` with the StaticCache a CUDA-graph replay needs.
+ENGINES = {"dynamic": "eager", "static": "eager-static"}
 
 
-def engine_options() -> tuple[dict, str]:
-    """The :class:`~perfcast.inference.textgen.Request` keywords that select :data:`ENGINE`,
-    and how the report names them."""
-    return {"engine": ENGINE}, f"--engine {ENGINE}"
+def engine_options(point: Point | None = None, cache: str = "static") -> tuple[dict, str]:
+    """The :class:`~perfcast.inference.textgen.Request` keywords that select the engine of a
+    step (a prefill fills a DynamicCache; a decode runs over ``cache``), and how the report
+    names it; without a point, the decode's."""
+    name = ENGINES["dynamic" if point is not None and not point.decode else cache]
+    return {"engine": name}, f"--engine {name}"
 
 
 @dataclass(frozen=True)
@@ -181,14 +185,24 @@ def from_rollup(name: str, step_s: float, rollup, evaluation) -> Prediction:
     return pred
 
 
-def predict(model, device, point: Point, dtype: str, profiling_database: str | None = None):
-    """perfcast's eager price of ``point`` (:data:`ENGINE`): the analytic model, the naive
-    datasheet roofline as the same-run baseline (:mod:`perfcast.inference.roofline`), and the
-    profiling model over ``profiling_database`` when given. Returns (predictions by model, the
-    simulation's notes, how the engine was selected)."""
+def engines_label(cache: str = "static") -> str:
+    """How a run's report names its engines: the decodes' and, where they differ, the prefills'
+    (and the DynamicCache decodes' timed beside static ones)."""
+    decode, prefill = ENGINES[cache], ENGINES["dynamic"]
+    return f"--engine {decode}" if decode == prefill else \
+        f"--engine {decode} (decodes), --engine {prefill} (prefills and DynamicCache decodes)"
+
+
+def predict(model, device, point: Point, dtype: str, profiling_database: str | None = None,
+            cache: str = "static"):
+    """perfcast's eager price of ``point`` (its engine: :func:`engine_options`): the analytic
+    model, the naive datasheet roofline as the same-run baseline
+    (:mod:`perfcast.inference.roofline`), and the profiling model over ``profiling_database``
+    when given. Returns (predictions by model, the simulation's notes, how the engine was
+    selected)."""
     from perfcast.inference.textgen import Request, simulate
 
-    options, how = engine_options()
+    options, how = engine_options(point, cache)
     models = ("analytic", "roofline") + (("profiling",) if profiling_database else ())
     res = simulate(Request(model, device, num_queries=point.batch, query_length=point.tokens,
                            context_length=point.context, decode=point.decode, dtype=dtype,
@@ -288,8 +302,21 @@ def drop_overhead(meas: dict) -> dict:
     return meas
 
 
-def compare(rec: dict, preds: dict) -> dict:
-    """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``."""
+def dynamic_row(measured: dict, prediction: Prediction) -> dict:
+    """A decode with generate()'s DynamicCache (timed eagerly and traced; it cannot be replayed)
+    against its prediction: the step against the eager time, the prediction less its host
+    launches against the traced kernels' device time."""
+    kernels_us = measured.get("kernels_us")
+    return {"measured_eager_s": measured.get("eager_s"), "measured_kernels_s": kernels_us * 1e-6 if kernels_us else None,
+            "predicted_s": prediction.step_s, "predicted_kernels_s": prediction.kernels_s,
+            "error_eager": _error(prediction.step_s, measured.get("eager_s")),
+            "error_kernels": _error(prediction.kernels_s, kernels_us * 1e-6 if kernels_us else None)}
+
+
+def compare(rec: dict, preds: dict, dynamic: dict | None = None) -> dict:
+    """Fill ``rec``'s step, family and kernel rows from its measurements and ``preds``; with
+    ``dynamic`` (the predictions of the same decode over a DynamicCache) and a DynamicCache
+    measurement, its rows too (``rec["dynamic"]``)."""
     meas = drop_overhead(rec["measured"])
     rec["predicted"] = {m: p.to_json() for m, p in preds.items()}
     rec["step"], rec["families"], rec["kernels"] = {}, {}, {}
@@ -299,6 +326,10 @@ def compare(rec: dict, preds: dict) -> dict:
         if measured is not None:
             rec["families"][m] = family_rows(measured, p)
             rec["kernels"][m] = kernel_rows(measured, p)
+    rec.pop("dynamic", None)
+    if dynamic and meas.get("dynamic", {}).get("eager_s"):
+        rec["predicted_dynamic"] = {m: p.to_json() for m, p in dynamic.items()}
+        rec["dynamic"] = {m: dynamic_row(meas["dynamic"], p) for m, p in dynamic.items()}
     rec["status"] = "ok" if not rec["errors"] else "error"
     return rec
 
@@ -308,6 +339,12 @@ def accuracy(doc: dict) -> list[dict]:
     measured, and the median, p90 and signed median of its error."""
     import numpy as np
 
+    def row(m, against, errs, of):
+        e = np.array(errs)
+        return {"performance_model": m, "against": against, "steps": len(e), "of": of,
+                "median": float(np.median(abs(e))), "p90": float(np.percentile(abs(e), 90)),
+                "signed_median": float(np.median(e))}
+
     out = []
     models = list(dict.fromkeys(m for r in doc["steps"] for m in r.get("step", {})))
     for m in models:
@@ -315,8 +352,12 @@ def accuracy(doc: dict) -> list[dict]:
             measured = [r for r in doc["steps"] if r.get("measured", {}).get(f"{against}_s")]
             errs = [r["step"][m][f"error_{against}"] for r in measured if m in r.get("step", {})]
             if errs:
-                e = np.array(errs)
-                out.append({"performance_model": m, "against": against, "steps": len(e), "of": len(measured),
-                            "median": float(np.median(abs(e))), "p90": float(np.percentile(abs(e), 90)),
-                            "signed_median": float(np.median(e))})
+                out.append(row(m, against, errs, len(measured)))
+        # the DynamicCache decodes: their eager time, and their kernels' device time
+        dyn = [r for r in doc["steps"] if r.get("measured", {}).get("dynamic", {}).get("eager_s")]
+        for against in ("eager", "kernels"):
+            errs = [r["dynamic"][m][f"error_{against}"] for r in dyn if m in r.get("dynamic", {})
+                    and r["dynamic"][m][f"error_{against}"] is not None]
+            if errs:
+                out.append(row(m, f"{against} (DynamicCache)", errs, len(dyn)))
     return out

@@ -170,6 +170,11 @@ class DecodeStep:
                 layer.keys, layer.values = (
                     torch.randn((*t.shape[:2], context, t.shape[3]), generator=fill, dtype=t.dtype, device=dev)
                     for t in (layer.keys, layer.values))
+        # DynamicCache.update replaces each layer's tensors by torch.cat([cached, new]) and leaves
+        # its inputs alone: the filled tensors are the state every step starts from (contiguous,
+        # as generate()'s cache is — a slice of the step's output would not be, and a cat reading
+        # a strided input ran 5.8x slower on an H200: docs/design/validation.md, "GPU closed loop")
+        self.filled = [(layer.keys, layer.values) for layer in self.cache.layers] if cache == "dynamic" else []
         self.reset()
         self.description = (f"decode: {batch} sequences x 1 new token after {context} cached, "
                             f"transformers {type(self.cache).__name__}")
@@ -182,11 +187,12 @@ class DecodeStep:
                 if hasattr(layer, "cumulative_length_int"):
                     layer.cumulative_length_int = self.context
             else:
-                # DynamicCache.update concatenates: drop the slot the last step appended.
-                layer.keys = layer.keys[..., :self.context, :]
-                layer.values = layer.values[..., :self.context, :]
                 if isinstance(getattr(layer, "cumulative_length", None), int):
                     layer.cumulative_length = self.context
+        for layer, (k, v) in zip(self.cache.layers, self.filled):
+            # DynamicCache.update concatenates: back to the filled tensors, without the slot the
+            # last step appended
+            layer.keys, layer.values = k, v
 
     def cached_tokens(self) -> int:
         return int(self.cache.get_seq_length())
