@@ -604,3 +604,17 @@ def test_cupti_overhead_of_a_kept_run_is_not_counted_as_kernels():
     assert round(meas["kernels_us"] / 1e3, 1) == 274.0
     assert not [k for k in meas["kernel_keys"] if k[1] == "Command Buffer Full"]
     assert cl.drop_overhead(meas) == meas  # a second pass changes nothing
+
+
+def test_one_kernel_under_two_op_names_has_one_key():
+    """A captured cast (``_to_copy``) is traced as the ``aten::copy_`` inside it; ``cat`` (a
+    tensor list, traced without shapes) and ``index_copy_`` (traced with the cache it writes into,
+    captured as the new entries it copies) are keyed by op alone — also in a run kept before."""
+    el = ELEMENTWISE
+    assert cl.kernel_key(el, "_to_copy", ((8, 1, 4096),)) == cl.kernel_key(el, "copy_", ((8, 1, 4096),)) \
+        == (el, "copy_", "8x1x4096")
+    assert cl.kernel_key(el, "cat", ((8, 8, 16, 128), (8, 8, 1, 128))) == (el, "cat", "")
+    kept = [[el, "index_copy_", "1x8x1025x128", 64, 141.4], [el, "index_copy_", "8x8x1025x128", 64, 165.7],
+            [el, "_to_copy", "4", 1, 2.0]]
+    assert cl.keys_from_json(kept) == {(el, "index_copy_", ""): [128, pytest.approx(307.1)],
+                                       (el, "copy_", "4"): [1, 2.0]}

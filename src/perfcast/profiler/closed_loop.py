@@ -123,10 +123,22 @@ _GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2
 _GROUPED = {"grouped_mm", "_grouped_mm", "scaled_grouped_mm", "_scaled_grouped_mm", "moe_experts"}
 
 
+#: One kernel under two op names: a captured ``_to_copy`` (a cast) launches its kernel from the
+#: ``aten::copy_`` inside it, which is the op the profiler links the kernel to.
+_SAME_KERNEL = {"_to_copy": "copy_"}
+#: Ops whose captured and traced first inputs differ (a tensor list the profiler records without
+#: shapes; the cache a traced ``index_copy_`` writes into against the new entries a cache-write
+#: leaf reads): keyed by op alone.
+_UNSHAPED = {"cat", "index_copy_"}
+
+
 def kernel_key(family: str, op: str, shapes) -> tuple[str, str, str]:
     """(family, op, shape) — see the module docstring."""
+    op = _SAME_KERNEL.get(op, op)
     if family == ATTENTION:
         return ATTENTION, "attention", ""
+    if op in _UNSHAPED:
+        return family, op, ""
     if op in _GROUPED:
         return GEMM, "grouped_mm", ""
     if op in _GEMM_OPERANDS and len(shapes) > max(_GEMM_OPERANDS[op]):
@@ -236,7 +248,15 @@ def keys_to_json(measured: dict) -> list[list]:
 
 
 def keys_from_json(rows) -> dict[tuple[str, str, str], list]:
-    return {(f, op, shape): [n, us] for f, op, shape, n, us in rows}
+    """Measured kernel keys as a results file keeps them, keyed as :func:`kernel_key` keys today
+    (a run kept before an op was keyed by op alone has its shapes merged)."""
+    out: dict[tuple[str, str, str], list] = {}
+    for f, op, shape, n, us in rows:
+        op = _SAME_KERNEL.get(op, op)
+        row = out.setdefault((f, op, "" if op in _UNSHAPED else shape), [0, 0.0])
+        row[0] += n
+        row[1] += us
+    return out
 
 
 def family_rows(records, prediction: Prediction) -> list[dict]:
