@@ -11,8 +11,8 @@ A **point** is one step: ``prefill:BxS`` (``B`` sequences of ``S`` new tokens, e
 Kernels are compared per family (:mod:`perfcast.profiler.families`) and per *kernel key*: the
 family, the aten op and a shape — ``M×K×N`` for a GEMM, the first input's shape otherwise, none
 for attention and grouped expert GEMMs (whose measured launching op differs from the captured
-one). A measured kernel attributed to an inner op (``copy_`` inside ``_to_copy``) lands on a key
-of its own; the family totals are unaffected.
+one), nor for ``cat`` and ``index_copy_`` (whose captured and traced first inputs differ). A cast
+captured as ``_to_copy`` is keyed as the ``aten::copy_`` the profiler links its kernel to.
 """
 
 from __future__ import annotations
