@@ -202,6 +202,9 @@ def test_a_profile_extends_a_shipped_one(tmp_path):
     p = load_profile_file(f)
     assert p.name == "mine" and p.rules == get_engine("eager-static").rules
     assert p.launch == get_engine("eager").launch  # through eager-static, from eager
+    f = tmp_path / "eager.yaml"  # a file named as the profile it extends is no cycle
+    f.write_text("extends: eager\nname: eager\n")
+    assert load_profile_file(f).launch == get_engine("eager").launch
     f = tmp_path / "other.yaml"  # (profiles are read once per path)
     f.write_text("extends: tensorflow\nname: other\n")
     with pytest.raises(SpecError, match="key 'extends' is 'tensorflow'; expected a shipped engine"):

@@ -346,7 +346,7 @@ def engine_names() -> list[str]:
     return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
 
 
-def _profile_data(path: Path, seen: tuple[str, ...] = ()) -> object:
+def _profile_data(path: Path, seen: tuple[Path, ...] = ()) -> object:
     """A profile file's data; ``extends: NAME`` starts from the shipped profile ``NAME``, whose
     top-level keys the file's own replace (``rules`` as a whole list)."""
     data = read_yaml(path)
@@ -355,16 +355,18 @@ def _profile_data(path: Path, seen: tuple[str, ...] = ()) -> object:
     base = data["extends"]
     if not isinstance(base, str) or not (profiles_dir() / f"{base}.yaml").exists():
         raise SpecError(f"{path}: key 'extends' is {base!r}; expected a shipped engine ({', '.join(engine_names())})")
-    if base in seen:
-        raise SpecError(f"{path}: key 'extends': profiles extend each other in a cycle ({' → '.join((*seen, base))})")
-    parent = _profile_data(profiles_dir() / f"{base}.yaml", (*seen, base))
-    return {**parent, **{k: v for k, v in data.items() if k != "extends"}}
+    chain = (*seen, path.resolve())
+    parent_path = (profiles_dir() / f"{base}.yaml").resolve()
+    if parent_path in chain:
+        raise SpecError(f"{path}: key 'extends': profiles extend each other in a cycle "
+                        f"({' → '.join(p.stem for p in (*chain, parent_path))})")
+    return {**_profile_data(parent_path, chain), **{k: v for k, v in data.items() if k != "extends"}}
 
 
 @lru_cache(maxsize=None)
 def load_profile_file(path: str | Path) -> EngineProfile:
     path = Path(path)
-    return parse_spec(EngineProfile, path, _profile_data(path, (path.stem,)))
+    return parse_spec(EngineProfile, path, _profile_data(path))
 
 
 def get_engine(name: str) -> EngineProfile:
