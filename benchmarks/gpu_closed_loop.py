@@ -264,7 +264,6 @@ def run(args, clock=time.monotonic) -> dict:
         cl.perfcast_device_for(bk.name, args.perfcast_device)
     device = get_device(name)
     dtype = args.dtype or ("bf16" if bk.kind == "cuda" else "fp32")
-    options, _ = cl.engine_options(None, args.decode_cache)
     engine = cl.engines_label(args.decode_cache)
     out = Path(args.out) if args.out else None
     scratch = None if out else tempfile.TemporaryDirectory(prefix="perfcast-loop-")
@@ -277,7 +276,7 @@ def run(args, clock=time.monotonic) -> dict:
            "kernel_db": str(out / "kernel-db") if collect and out else None,
            "profiling_database": args.profiling_database, "models": {}, "steps": [], "skipped": [],
            "status": "running"}
-    ctx = {"backend": bk, "args": args, "device": device, "dtype": dtype, "engine_options": options,
+    ctx = {"backend": bk, "args": args, "device": device, "dtype": dtype,
            "kernel_db": (out or Path(scratch.name)) / "kernel-db" if collect else None,
            "db_name": name}  # a profiling database prices only the device it is named for
     log(f"{bk.name}: {len(models)} model(s) x {len(points)} point(s), perfcast device {name}, {dtype}, "

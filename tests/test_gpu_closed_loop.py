@@ -546,7 +546,7 @@ def test_run_point_graph_path(tiny_llama):
     bk.capture = capture
     args = module.parse_args(["--device", "cpu", "--repeats", "2", "--warmup", "1", "--no-kernel-db"])
     ctx = {"backend": bk, "args": args, "device": get_device("h200-sxm"), "dtype": "fp32", "kernel_db": None,
-           "engine_options": cl.engine_options()[0], "db_name": "stand-in-gpu"}
+           "db_name": "stand-in-gpu"}
     m = load_model_config("llama-3.1-8b")
     cfg = type(m)("tiny", {**m.data, **module.TINY, "bos_token_id": 1, "eos_token_id": 2}, m.path, {})
     rec = module.run_point(ctx, tiny_llama, cfg, cl.Point("decode", 2, 1, 16))
