@@ -5,10 +5,10 @@ and each point (``prefill:BxS``, ``decode:B@C``) this script
 
 1. times the model's kernels at that step with ``perfcast profile``'s collector into the run's
    own profiling database (``--out DIR/kernel-db``; skip with ``--no-kernel-db``);
-2. predicts the step with ``perfcast.inference.textgen.simulate`` — the eager engine
-   (``perfcast.profiler.closed_loop.ENGINE``), the analytic model, the datasheet roofline (the
-   same-run baseline) and the profiling model over the run's database — for the perfcast device
-   of this GPU (``--perfcast-device``);
+2. predicts the step with ``perfcast.inference.textgen.simulate`` — the eager engine of the
+   step's transformers cache (``perfcast.profiler.closed_loop.ENGINES``), the analytic model,
+   the datasheet roofline (the same-run baseline) and the profiling model over the run's
+   database — for the perfcast device of this GPU (``--perfcast-device``);
 3. runs the step for real: eager (median of ``--repeats`` after warm-up), as a CUDA-graph replay
    of the whole step with static inputs and cache, and once under torch.profiler for the list
    of kernels it launches;
@@ -170,15 +170,8 @@ def run_point(ctx, built, model, point) -> dict:
         except Exception as e:
             rec["errors"].append(f"kernel profile: {_why(e)}")
             database = None
-    preds, dynamic = {}, None
-    try:
-        preds, notes, _ = cl.predict(model, ctx["device"], point, ctx["dtype"], database, args.decode_cache)
-        rec["notes"] = notes
-        if _times_dynamic(point, args):
-            dynamic, more, _ = cl.predict(model, ctx["device"], point, ctx["dtype"], database, "dynamic")
-            rec["notes"] = list(dict.fromkeys([*notes, *more]))
-    except Exception as e:
-        rec["errors"].append(f"prediction: {_why(e)}")
+    preds, dynamic = _predictions(rec, model, ctx["device"], point, ctx["dtype"], database, args.decode_cache,
+                                  _times_dynamic(point, args))
     meas: dict = {}
     rec["measured"] = meas
     try:
@@ -222,9 +215,23 @@ def run_point(ctx, built, model, point) -> dict:
     return cl.compare(rec, preds, dynamic)
 
 
+def _predictions(rec, model, device, point, dtype, database, cache, dynamic: bool):
+    """The step's predictions over ``cache`` and, with ``dynamic``, over a DynamicCache too (None
+    otherwise); their notes go to ``rec``, a failure to its errors (what was priced before it stays)."""
+    preds, dyn = {}, None
+    try:
+        preds, rec["notes"], _ = cl.predict(model, device, point, dtype, database, cache)
+        if dynamic:
+            dyn, more, _ = cl.predict(model, device, point, dtype, database, "dynamic")
+            rec["notes"] = list(dict.fromkeys([*rec["notes"], *more]))
+    except Exception as e:
+        rec["errors"].append(f"prediction: {_why(e)}")
+    return preds, dyn
+
+
 def _times_dynamic(point, args) -> bool:
     """Whether a static-cache decode is also timed with a DynamicCache (``--no-dynamic`` not given)."""
-    return point.decode and args.decode_cache == "static" and not getattr(args, "no_dynamic", False)
+    return point.decode and args.decode_cache == "static" and not args.no_dynamic
 
 
 def _dynamic(bk, built, point, args) -> dict:
@@ -356,14 +363,9 @@ def repredict(args) -> dict:
             rec["errors"].append("prediction: the model's config is not in results.json")
         else:
             model = ModelConfig(rec["model"], config, path, {"source": f"the config the run built ({path})"})
-            point, cache = cl.parse_points(rec["point"])[0], doc.get("decode_cache", "static")
-            try:
-                preds, rec["notes"], _ = cl.predict(model, device, point, dtype, args.profiling_database, cache)
-                if rec.get("measured", {}).get("dynamic"):
-                    dynamic, more, _ = cl.predict(model, device, point, dtype, args.profiling_database, "dynamic")
-                    rec["notes"] = list(dict.fromkeys([*rec["notes"], *more]))
-            except Exception as e:
-                rec["errors"].append(f"prediction: {_why(e)}")
+            preds, dynamic = _predictions(rec, model, device, cl.parse_points(rec["point"])[0], dtype,
+                                          args.profiling_database, doc.get("decode_cache", "static"),
+                                          bool(rec.get("measured", {}).get("dynamic")))
         cl.compare(rec, preds, dynamic)
     import torch
 

@@ -132,20 +132,24 @@ _SAME_KERNEL = {"_to_copy": "copy_"}
 _UNSHAPED = {"cat", "index_copy_"}
 
 
+def _keyed(family: str, op: str, shape: str) -> tuple[str, str, str]:
+    """A key under the op name the profiler links the kernel to, without a shape where the
+    captured and traced shapes differ (:data:`_SAME_KERNEL`, :data:`_UNSHAPED`)."""
+    op = _SAME_KERNEL.get(op, op)
+    return family, op, "" if op in _UNSHAPED else shape
+
+
 def kernel_key(family: str, op: str, shapes) -> tuple[str, str, str]:
     """(family, op, shape) — see the module docstring."""
-    op = _SAME_KERNEL.get(op, op)
     if family == ATTENTION:
         return ATTENTION, "attention", ""
-    if op in _UNSHAPED:
-        return family, op, ""
     if op in _GROUPED:
         return GEMM, "grouped_mm", ""
     if op in _GEMM_OPERANDS and len(shapes) > max(_GEMM_OPERANDS[op]):
         a, b = (shapes[i] for i in _GEMM_OPERANDS[op])
         if a and b:
             return family, op, f"{math.prod(a[:-1])}x{a[-1]}x{b[-1]}"
-    return family, op, "x".join(str(d) for d in shapes[0]) if shapes else ""
+    return _keyed(family, op, "x".join(str(d) for d in shapes[0]) if shapes else "")
 
 
 def measured_key(record) -> tuple[str, str, str]:
@@ -252,8 +256,7 @@ def keys_from_json(rows) -> dict[tuple[str, str, str], list]:
     (a run kept before an op was keyed by op alone has its shapes merged)."""
     out: dict[tuple[str, str, str], list] = {}
     for f, op, shape, n, us in rows:
-        op = _SAME_KERNEL.get(op, op)
-        row = out.setdefault((f, op, "" if op in _UNSHAPED else shape), [0, 0.0])
+        row = out.setdefault(_keyed(f, op, shape), [0, 0.0])
         row[0] += n
         row[1] += us
     return out
@@ -326,11 +329,11 @@ def dynamic_row(measured: dict, prediction: Prediction) -> dict:
     """A decode with generate()'s DynamicCache (timed eagerly and traced; it cannot be replayed)
     against its prediction: the step against the eager time, the prediction less its host
     launches against the traced kernels' device time."""
-    kernels_us = measured.get("kernels_us")
-    return {"measured_eager_s": measured.get("eager_s"), "measured_kernels_s": kernels_us * 1e-6 if kernels_us else None,
+    kernels_s = measured["kernels_us"] * 1e-6 if measured.get("kernels_us") else None
+    return {"measured_eager_s": measured.get("eager_s"), "measured_kernels_s": kernels_s,
             "predicted_s": prediction.step_s, "predicted_kernels_s": prediction.kernels_s,
             "error_eager": _error(prediction.step_s, measured.get("eager_s")),
-            "error_kernels": _error(prediction.kernels_s, kernels_us * 1e-6 if kernels_us else None)}
+            "error_kernels": _error(prediction.kernels_s, kernels_s)}
 
 
 def compare(rec: dict, preds: dict, dynamic: dict | None = None) -> dict:
