@@ -87,12 +87,12 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
 
 @pytest.mark.parametrize("row_id, catalog, argv", [
     ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606", "minimax-m2.5",
-     "--num-queries 8 --context-length 8704 --tp-size 4 --engine vllm --quantize fp8"),  # 8,704 = 8,192 + 1,024 / 2
+     "--num-queries 8 --context-length 8704 --tp-size 4 --engine vllm"),  # 8,704 = 8,192 + 1,024 / 2; its own FP8
     ("2026_03_25_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x8192_c64_tp8_0_ep8_0_582", "qwen3.5-397b-a17b",
      "--num-queries 64 --context-length 5120 --tp-size 8 --ep-size 8 --engine sglang "
      "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),  # the row: gemm fp8, moe fp8_block
     ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597", "kimi-k2.5",
-     "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm --quantize w4a16"),
+     "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm"),  # its own INT4 experts
     ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5",
      "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang "
      "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),
@@ -131,6 +131,17 @@ def test_quantized_checkpoints_are_priced_as_they_say(llama):
         c = silicon.map_row(_moe_row(llama, gemm_quant_mode=mode, moe_quant_mode=mode))
         assert (c.model, c.family, c.quantize) == ("qwen3-235b-a22b-fp8", "qwen3-235b-a22b", None), c.reason
         assert c.notes[-1] == f"quantization: qwen3-235b-a22b-fp8's own (the row says {mode} / {mode})"
+    # MiniMax-M2.5's own checkpoint is block-scaled FP8 too: never priced as per-tensor FP8 (whose
+    # vLLM MoE kernel is ModelOpt's FlashInfer CUTLASS path, 3-6x slower on H200 than the block one)
+    for mode in ("fp8", "fp8_block"):
+        c = silicon.map_row(_moe_row(llama, model_path="MiniMaxAI/MiniMax-M2.5", system="h200_sxm",
+                                     gemm_quant_mode=mode, moe_quant_mode=mode))
+        assert (c.model, c.quantize) == ("minimax-m2.5", None), c.reason
+        assert c.notes[-1] == f"quantization: minimax-m2.5's own (the row says {mode} / {mode})"
+    # Kimi-K2.5's own checkpoint: INT4 experts (group 32), bf16 attention — not w4a16 everywhere
+    c = silicon.map_row(_moe_row(llama, model_path="moonshotai/Kimi-K2.5", system="h200_sxm", tp_size="8", moe_ep_size="8",
+                                 gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo"))
+    assert c.predictable and (c.model, c.quantize, c.approximate) == ("kimi-k2.5", None, ()), c.reason
     # gpt-oss's 4-bit rows: its MXFP4 checkpoint, on Hopper too (weight-only)
     c = silicon.map_row(_moe_row(llama, model_path="openai/gpt-oss-120b", system="h200_sxm",
                                  gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
