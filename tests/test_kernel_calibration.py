@@ -112,6 +112,47 @@ def test_fitting_recovers_a_known_kernel_family():
     assert np.median(err) < 0.01 and got.static_s == pytest.approx(2.5e-6, rel=0.1)
 
 
+def _gemm_sample(variant, latency_s):
+    from perfcast.db.calibrate import Sample
+
+    m = np.array([1.0, 8.0, 64.0, 512.0])
+    shapes = {"M": m, "N": np.full(4, 4096.0), "K": np.full(4, 4096.0), "dtype": variant}
+    return Sample(CLASSES["gemm"], variant, shapes, np.asarray(latency_s, dtype=float), "MatMul")
+
+
+def test_a_quantized_gemm_table_slower_than_its_own_bf16_gemms_is_rejected():
+    from perfcast.db.calibrate import QUANTIZED_SLOWDOWN, rejection, slowdown
+
+    bf16 = _gemm_sample("bf16", [12.6e-6, 12.6e-6, 12.0e-6, 23.4e-6])  # vLLM 0.24.0 on H200, 4096 x 4096
+    native = _gemm_sample("fp8", [12.0e-6, 10.5e-6, 10.8e-6, 22.0e-6])
+    slow = _gemm_sample("fp8_block", [61.1e-6, 60.2e-6, 84.0e-6, 83.3e-6])
+    assert slowdown(slow, bf16) == (pytest.approx(4.813, rel=1e-3), 4)  # median of 3.56, 4.78, 4.85, 7.0
+    assert rejection(native, bf16) is None and rejection(bf16, bf16) is None
+    why = rejection(slow, bf16)
+    assert why.startswith("its fp8_block GEMMs take a median 4.8x its bf16 GEMMs of the same 4 shapes")
+    assert f"more than {QUANTIZED_SLOWDOWN:g}x" in why
+    assert rejection(slow, None) is None  # no bf16 table to hold it against: fitted as measured
+
+
+def test_a_rejected_table_is_priced_by_another_engines_fit_and_says_why():
+    from perfcast.perf import AnalyticPerformanceModel
+    from perfcast.perf.calibrated import KernelCalibration
+
+    h100 = get_device("h100-sxm")
+    fit = {"static_s": 2.5e-6, "overlap": 2.5, "compute": {"peak_fraction": 0.75, "half_time_s": 3e-5, "slope": 0.8},
+           "memory": {"peak_fraction": 0.85, "half_time_s": 6e-6, "slope": 1.0}, "item_s": {"wave": 1e-10},
+           "rows": 100, "out_of_sample": {"folds": 5, "median": 0.05, "p90": 0.2}, "source": "synthetic"}
+    own = CalibrationFile.model_validate({"schema": 1, "device": "h100-sxm", "framework": "vllm", "version": "v",
+                                          "database": "synthetic", "fits": {"gemm/fp8": fit},
+                                          "rejected": {"gemm/bf16": "MatMul: too slow"}})
+    other = CalibrationFile.model_validate({"schema": 1, "device": "h100-sxm", "framework": "trtllm", "version": "t",
+                                            "database": "synthetic", "fits": {"gemm/bf16": fit}})
+    model = AnalyticPerformanceModel(h100, calibration=KernelCalibration(h100, own, None, 132, others=(other,)))
+    got = model.process_op(_mm(8, 4096, 6144))
+    assert ("calibrated gemm/bf16 (trtllm t fit on h100-sxm measurements; vllm v's own table rejected: "
+            "MatMul: too slow)") in got.notes
+
+
 def test_calibration_files_are_strict(tmp_path):
     bad = tmp_path / "x.yaml"
     bad.write_text("schema: 1\ndevice: h100-sxm\nframework: trtllm\nversion: '1'\ndatabase: d\n"

@@ -277,6 +277,42 @@ def native(sample: Sample, device: Device) -> bool:
     return achieved >= NATIVE * float(device.spec.datasheet.hbm_bandwidth_bytes_per_s)
 
 
+#: a quantized GEMM reads at most the bytes of the bf16 GEMM of the same shape, at no lower matrix
+#: rate; a table whose quantized GEMMs take more than this many times the same table's bf16 ones
+#: (median over the shapes both measure) timed something besides the kernel and does not stand for
+#: the engine's kernel of that format. Over aiconfigurator-core 0.12.0's GEMM tables the median
+#: ratio is 0.6-2.1 for every engine and format but vLLM 0.24.0's block-scaled FP8 (4.3x on H100,
+#: 5.0x on H200, 18-35x on B200/B300/GB200/GB300: 60 us, and 150-300 us on Blackwell, for a
+#: 4096 x 4096 GEMM that SGLang's and TensorRT-LLM's tables of the same devices time at 9-21 us)
+#: and SGLang 0.5.6's int8 weight-only on H100 (4.4x)
+QUANTIZED_SLOWDOWN = 3.0
+
+
+def slowdown(sample: Sample, reference: Sample) -> tuple[float, int]:
+    """(median latency ratio of ``sample`` to ``reference`` over the shapes both measure, how
+    many shapes that is); (nan, 0) when they share none."""
+    import pandas as pd
+
+    def medians(s: Sample):
+        cols = {k: v for k, v in s.shapes.items() if isinstance(v, np.ndarray)}
+        return pd.DataFrame({**cols, "t": s.latency_s}).groupby(list(cols))["t"].median()
+
+    ratio = (medians(sample) / medians(reference)).dropna()
+    return (float(ratio.median()), len(ratio)) if len(ratio) else (math.nan, 0)
+
+
+def rejection(sample: Sample, reference: Sample | None) -> str | None:
+    """Why a quantized GEMM table is not the engine's kernel of that format (None: it is)."""
+    if sample.cls.name != "gemm" or reference is None or sample.variant == reference.variant:
+        return None
+    ratio, shared = slowdown(sample, reference)
+    if not ratio > QUANTIZED_SLOWDOWN:
+        return None
+    return (f"its {sample.variant} GEMMs take a median {ratio:.1f}x its bf16 GEMMs of the same {shared:,} shapes "
+            f"(more than {QUANTIZED_SLOWDOWN:g}x: a quantized GEMM reads fewer bytes at no lower matrix rate), "
+            f"so they are not timings of the engine's {sample.variant} kernel")
+
+
 def _g(x: float) -> float:
     return float(f"{x:.5g}")
 
@@ -286,12 +322,20 @@ def calibrate(root: Path, device: Device, database: str, progress=None) -> dict:
     from perfcast.perf.profiling import load_database
 
     mapping = load_database(Path(root)).mapping
-    fits = {}
-    for sample in samples(root):
+    fits, rejected = {}, {}
+    found = samples(root)
+    bf16 = {s.cls.name: s for s in found if s.variant == "bf16"}
+    for sample in found:
         if sample.cls.name == "vector" and not native(sample, device):
             if progress:
                 progress(f"vector: {sample.table} skipped: it never reaches {NATIVE:.0%} of HBM bandwidth, so it is "
                          f"not a native memory-bound kernel and does not stand for the engine's fused ones")
+            continue
+        why = rejection(sample, bf16.get(sample.cls.name))
+        if why is not None:
+            rejected[f"{sample.cls.name}/{sample.variant}"] = f"{sample.table}: {why}"
+            if progress:
+                progress(f"{sample.cls.name}/{sample.variant}: {sample.table} rejected: {why}")
             continue
         fit = fit_sample(sample, device)
         if fit is None:
@@ -301,5 +345,6 @@ def calibrate(root: Path, device: Device, database: str, progress=None) -> dict:
         if progress:
             progress(f"{sample.cls.name}/{sample.variant}: {len(sample):,} rows, "
                      f"{fits[f'{sample.cls.name}/{sample.variant}']['out_of_sample']['median']:.1%} median")
-    return {"schema": 1, "device": device.name, "framework": mapping.framework, "version": mapping.version,
-            "database": database, "fits": fits}
+    doc = {"schema": 1, "device": device.name, "framework": mapping.framework, "version": mapping.version,
+           "database": database, "fits": fits}
+    return {**doc, "rejected": rejected} if rejected else doc

@@ -71,10 +71,13 @@ class CalibrationFile(_Strict):
     version: Text
     database: Text  # the profiling database the fits were made from
     fits: dict[str, FitSpec] = Field(min_length=1)  # "<class>/<variant>" → fit
+    # "<class>/<variant>" → why the database's table of it was not fitted (the device's other
+    # engines' fit prices it, and the note says why)
+    rejected: dict[str, Text] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _keys(self):
-        for key in self.fits:
+        for key in (*self.fits, *self.rejected):
             if not re.fullmatch(r"[a-z.]+/[A-Za-z0-9_+]+", key):
                 raise ValueError(f"@fits.{key}: expected '<kernel class>/<variant>', e.g. gemm/bf16")
         return self

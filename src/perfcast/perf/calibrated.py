@@ -56,6 +56,15 @@ class KernelCalibration:
             own += f"; {self.file.framework} {self.file.version}'s tables have none"
         return own + (f", borrowed for {self.device.name}" if self.lender else "")
 
+    def source_of(self, key: str) -> str:
+        """Whose fit prices ``key``, and why it is not this engine's own when its table was rejected."""
+        cal = self._from[key]
+        if cal is not self.file and key in self.file.rejected:
+            own = (f"{cal.framework} {cal.version} fit on {cal.device} measurements; {self.file.framework} "
+                   f"{self.file.version}'s own table rejected: {self.file.rejected[key]}")
+            return own + (f", borrowed for {self.device.name}" if self.lender else "")
+        return self.label_of(cal)
+
     def fit(self, key: str) -> KernelFit | None:
         """The class's fit from this engine's calibration, else from the device's other engines
         (in the order trtllm, vllm, sglang; the note names which)."""
@@ -65,9 +74,6 @@ class KernelCalibration:
                     self._fits[key], self._from[key] = to_fit(cal.fits[key]), cal
                     break
         return self._fits.get(key)
-
-    def source_of(self, key: str) -> str:
-        return self.label_of(self._from[key])
 
     def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit, str] | None:
         """(the leaf's key, its class, shape, the fit that prices it, that fit's key). A format
