@@ -277,14 +277,14 @@ def native(sample: Sample, device: Device) -> bool:
     return achieved >= NATIVE * float(device.spec.datasheet.hbm_bandwidth_bytes_per_s)
 
 
-#: a quantized GEMM reads at most the bytes of the bf16 GEMM of the same shape, at no lower matrix
-#: rate; a table whose quantized GEMMs take more than this many times the same table's bf16 ones
-#: (median over the shapes both measure) timed something besides the kernel and does not stand for
-#: the engine's kernel of that format. Over aiconfigurator-core 0.12.0's GEMM tables the median
-#: ratio is 0.6-2.1 for every engine and format but vLLM 0.24.0's block-scaled FP8 (4.3x on H100,
-#: 5.0x on H200, 18-35x on B200/B300/GB200/GB300: 60 us, and 150-300 us on Blackwell, for a
-#: 4096 x 4096 GEMM that SGLang's and TensorRT-LLM's tables of the same devices time at 9-21 us)
-#: and SGLang 0.5.6's int8 weight-only on H100 (4.4x)
+#: a quantized GEMM (or MoE layer) reads at most the bytes of the bf16 one of the same shape, at no
+#: lower matrix rate; a table whose quantized kernels take more than this many times the same
+#: table's bf16 ones (median over the shapes both measure) timed something besides the kernel and
+#: does not stand for the engine's kernel of that format. Over aiconfigurator-core 0.12.0's tables
+#: the median ratio is 0.6-2.1 for every engine and GEMM format (MoE: at most 2.5) but vLLM
+#: 0.24.0's block-scaled FP8 GEMMs (4.3x on H100, 4.9x on H200, 18-35x on B200/B300/GB200/GB300:
+#: 60 us, and 150-300 us on Blackwell, for a 4096 x 4096 GEMM that SGLang's and TensorRT-LLM's
+#: tables of the same devices time at 9-21 us) and SGLang 0.5.6's int8 weight-only on H100 (4.4x)
 QUANTIZED_SLOWDOWN = 3.0
 
 
@@ -302,14 +302,15 @@ def slowdown(sample: Sample, reference: Sample) -> tuple[float, int]:
 
 
 def rejection(sample: Sample, reference: Sample | None) -> str | None:
-    """Why a quantized GEMM table is not the engine's kernel of that format (None: it is)."""
-    if sample.cls.name != "gemm" or reference is None or sample.variant == reference.variant:
+    """Why a quantized GEMM or MoE table is not the engine's kernel of that format (None: it is)."""
+    if sample.cls.name not in ("gemm", "moe") or reference is None or sample.variant == reference.variant:
         return None
     ratio, shared = slowdown(sample, reference)
     if not ratio > QUANTIZED_SLOWDOWN:
         return None
-    return (f"its {sample.variant} GEMMs take a median {ratio:.1f}x its bf16 GEMMs of the same {shared:,} shapes "
-            f"(more than {QUANTIZED_SLOWDOWN:g}x: a quantized GEMM reads fewer bytes at no lower matrix rate), "
+    one, what = ("GEMM", "GEMMs") if sample.cls.name == "gemm" else ("MoE layer", "MoE layers")
+    return (f"its {sample.variant} {what} take a median {ratio:.1f}x its bf16 {what} of the same {shared:,} shapes "
+            f"(more than {QUANTIZED_SLOWDOWN:g}x: a quantized {one} reads fewer bytes at no lower matrix rate), "
             f"so they are not timings of the engine's {sample.variant} kernel")
 
 
