@@ -68,13 +68,17 @@ def main(argv=None) -> int:
                     print(f"{op:12} b{batch:<3} h{heads} c{ctx:<6} {us:10.2f} µs {nbytes / us / 1e3:8.1f} GB/s", flush=True)
                 del cache, new, full
                 torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "cat_probe.csv", "w", newline="") as f:
+    write_csv(Path(args.out) / "cat_probe.csv", rows)
+    return 0
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """A probe's rows as one CSV (its folder created): the file the device run brings back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    return 0
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@ is priced or fitted.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
+
+from gpu_cat_probe import write_csv  # benchmarks/ is the script's folder, first on sys.path
 
 SHAPES = ((4096, 4096), (2048, 3072), (6144, 4096), (4096, 14336), (28672, 4096))  # (N, K)
 TOKENS = (16, 64, 256, 1024)  # _scaled_mm needs multiples of 16
@@ -118,12 +119,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 del fns
             torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "gemm_probe.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(Path(args.out) / "gemm_probe.csv", rows)
     return 0
 
 

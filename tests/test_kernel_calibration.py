@@ -112,6 +112,13 @@ def test_fitting_recovers_a_known_kernel_family():
     assert np.median(err) < 0.01 and got.static_s == pytest.approx(2.5e-6, rel=0.1)
 
 
+#: a GEMM fit of plausible H100 figures, for the tests that need a calibration file
+_SYNTHETIC_GEMM_FIT = {"static_s": 2.5e-6, "overlap": 2.5,
+                       "compute": {"peak_fraction": 0.75, "half_time_s": 3e-5, "slope": 0.8},
+                       "memory": {"peak_fraction": 0.85, "half_time_s": 6e-6, "slope": 1.0}, "item_s": {"wave": 1e-10},
+                       "rows": 100, "out_of_sample": {"folds": 5, "median": 0.05, "p90": 0.2}, "source": "synthetic"}
+
+
 def _gemm_sample(variant, latency_s):
     from perfcast.db.calibrate import Sample
 
@@ -139,9 +146,7 @@ def test_a_rejected_table_is_priced_by_another_engines_fit_and_says_why():
     from perfcast.perf.calibrated import KernelCalibration
 
     h100 = get_device("h100-sxm")
-    fit = {"static_s": 2.5e-6, "overlap": 2.5, "compute": {"peak_fraction": 0.75, "half_time_s": 3e-5, "slope": 0.8},
-           "memory": {"peak_fraction": 0.85, "half_time_s": 6e-6, "slope": 1.0}, "item_s": {"wave": 1e-10},
-           "rows": 100, "out_of_sample": {"folds": 5, "median": 0.05, "p90": 0.2}, "source": "synthetic"}
+    fit = _SYNTHETIC_GEMM_FIT
     own = CalibrationFile.model_validate({"schema": 1, "device": "h100-sxm", "framework": "vllm", "version": "v",
                                           "database": "synthetic", "fits": {"gemm/fp8": fit},
                                           "rejected": {"gemm/bf16": "MatMul: too slow"}})
@@ -170,9 +175,7 @@ def test_a_symbolic_leaf_is_an_opaque_application_that_realizes_to_the_numeric_p
     from perfcast.perf.calibrated import KernelCalibration
 
     h100 = get_device("h100-sxm")
-    fit = {"static_s": 2.5e-6, "overlap": 2.5, "compute": {"peak_fraction": 0.75, "half_time_s": 3e-5, "slope": 0.8},
-           "memory": {"peak_fraction": 0.85, "half_time_s": 6e-6, "slope": 1.0}, "item_s": {"wave": 1e-10},
-           "rows": 100, "out_of_sample": {"folds": 5, "median": 0.05, "p90": 0.2}, "source": "synthetic"}
+    fit = _SYNTHETIC_GEMM_FIT
     cal = CalibrationFile.model_validate({"schema": 1, "device": "h100-sxm", "framework": "trtllm", "version": "t",
                                           "database": "synthetic", "fits": {"gemm/bf16": fit}})
     model = AnalyticPerformanceModel(h100, calibration=KernelCalibration(h100, cal, None, 132))
