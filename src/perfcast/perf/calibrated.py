@@ -50,20 +50,18 @@ class KernelCalibration:
     def label(self) -> str:
         return self.label_of(self.file)
 
-    def label_of(self, cal: CalibrationFile) -> str:
+    def label_of(self, cal: CalibrationFile, key: str | None = None) -> str:
+        """Whose fits ``cal`` holds; for another engine's fit of ``key``, why this engine's own is
+        missing (its tables have none, or its table was rejected, with the reason)."""
         own = f"{cal.framework} {cal.version} fit on {cal.device} measurements"
         if cal is not self.file:
-            own += f"; {self.file.framework} {self.file.version}'s tables have none"
+            why = self.file.rejected.get(key) if key is not None else None
+            own += f"; {self.file.framework} {self.file.version}'s " + (
+                f"own table rejected: {why}" if why else "tables have none")
         return own + (f", borrowed for {self.device.name}" if self.lender else "")
 
     def source_of(self, key: str) -> str:
-        """Whose fit prices ``key``, and why it is not this engine's own when its table was rejected."""
-        cal = self._from[key]
-        if cal is not self.file and key in self.file.rejected:
-            own = (f"{cal.framework} {cal.version} fit on {cal.device} measurements; {self.file.framework} "
-                   f"{self.file.version}'s own table rejected: {self.file.rejected[key]}")
-            return own + (f", borrowed for {self.device.name}" if self.lender else "")
-        return self.label_of(cal)
+        return self.label_of(self._from[key], key)
 
     def fit(self, key: str) -> KernelFit | None:
         """The class's fit from this engine's calibration, else from the device's other engines
