@@ -114,7 +114,8 @@ def main(argv=None) -> int:
                                tflops=round(2 * m * n * k / us / 1e6, 1), error="")
                     print(f"{name:24} {m:5} x {n:5} x {k:5} {us:9.2f} µs {nbytes / us / 1e3:7.0f} GB/s", flush=True)
                 except Exception as e:  # this build cannot run the format: a row that says so
-                    row.update(us="", gb_per_s="", tflops="", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    row.update(us="", gb_per_s="", tflops="", error=why)
                     print(f"{name:24} {m:5} x {n:5} x {k:5} not run: {row['error']}", flush=True)
                 rows.append(row)
                 del fns
