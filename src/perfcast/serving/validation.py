@@ -25,9 +25,9 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
             jobs: int | None = None) -> dict[str, list[Prediction]]:
     """``progress(done, total)``: called as replays finish (a progress bar's hook). The replays
     run in ``jobs`` forked processes (default: every core this process may use), one task per
-    model and device — every row that could share a compiled step model replayed in one
-    process, in file order, as one process would replay them — so the figures do not depend on
-    ``jobs`` (a test compares one process with two)."""
+    model and device — every row that could share a compiled step model replayed in one process,
+    in file order, as one process would replay them, and that process gone when they are done —
+    so the figures do not depend on ``jobs`` (a test compares one process with two)."""
     todo: dict[tuple, list[tuple[str, int]]] = {}
     for model, preds in predictions.items():
         step_model = STEP_MODEL.get(model)
@@ -41,7 +41,7 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
     groups = list(todo.items())
     tasks = [([predictions[m][i].case for m, i in rows], step_model, seed) for (step_model, *_), rows in groups]
     replayed: dict[tuple[str, int], Replay] = {}
-    for g, reps in forked_map(_replayed, tasks, jobs, size=lambda g: len(groups[g][1])):
+    for g, reps in forked_map(_replayed, tasks, jobs, size=lambda g: len(groups[g][1]), fresh=True):
         rows = groups[g][1]
         replayed.update(zip(rows, reps))
         done += len(rows)
