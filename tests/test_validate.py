@@ -204,6 +204,44 @@ def test_moe_layouts(llama):
                         "(the row breaks aiconfigurator's own constraint)")
 
 
+def test_product_layouts_are_restated_as_the_run_had_them(rows):
+    # The same measurement in two collections: 2026-03-25 states the run's layout (tp 8, moe_ep 8),
+    # 2026-04-06 the product of its 8 GPUs and its expert parallelism 8 (tp 64, moe_tp 8, moe_ep 8)
+    own = rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp8_0_ep8_0_298"]
+    product = rows["2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp8_ep8_1015"]
+    assert (own["silicon_tpot_ms"], own["silicon_ttft_ms"]) == (product["silicon_tpot_ms"], product["silicon_ttft_ms"])
+    assert (product["tp_size"], product["moe_tp_size"], product["moe_ep_size"]) == ("64", "8", "8")
+    a, b = silicon.map_row(own), silicon.map_row(product)
+    assert a.layout == b.layout == Layout(tp=8, ep=8) and a.num_queries == b.num_queries == 4
+    assert not any(n.startswith(silicon.LAYOUT_NOTE) for n in a.notes) and not b.approximate
+    assert [n for n in b.notes if n.startswith(silicon.LAYOUT_NOTE)] == [
+        "layout restated: collection 2026-04-06.csv states tp 64 × attention DP 1, moe_tp 8 × moe_ep 8, the product "
+        "of the run's 8 GPUs and its expert parallelism 8; priced as tp 8, moe_ep 8 on 8 GPUs (mapping.yaml "
+        "product_layouts)"]
+    # attention DP: 1 × 64 ranks of batch 4 → 8 ranks of 32 (the step's 256 sequences kept)
+    own = rows["2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x1024_c256_tp8_0_ep8_0_1028"]
+    c = silicon.map_row({**own, "collection": "2026-04-06.csv", "tp_size": "1", "attention_dp_size": "64",
+                         "moe_tp_size": "8", "batch_size": "4"})
+    assert c.layout == silicon.map_row(own).layout == Layout(tp=1, ep=8, dp=8, attention_dp=True)
+    assert (c.batch, c.num_queries) == (32, 256)
+    # the vLLM form (tp = attention DP = 4, moe_ep 16): 4 GPUs, expert parallelism 4, attention DP not kept
+    c = silicon.map_row(rows["2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_1024x1024_c32_tp4_ep4_1295"])
+    assert c.layout == Layout(tp=4, ep=4) and (c.batch, c.num_queries) == (32, 32)
+    assert c.approximate and c.approximate[-1].startswith("layout restated: the vLLM form keeps neither")
+    # a row of another collection, or one without expert parallelism, is taken as stated
+    assert silicon.map_row({**product, "collection": "2026-03-25.csv"}).layout == Layout(tp=64, ep=8)
+    row = rows["2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp8_ep1_101"]
+    assert row["collection"] == "2026-04-06.csv" and silicon.map_row(row).layout == Layout(tp=8)
+
+
+def test_collection_of_sources():
+    assert silicon.collection_of("source_file=2026-04-06.csv; silicon_concurrency=4") == "2026-04-06.csv"
+    assert silicon.collection_of("db-dump/2026-04-27; config_id=199; silicon_concurrency=16") == "db-dump/2026-04-27"
+    assert silicon.collection_of("source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+                                 "Qwen_Qwen3-32B.csv; silicon_concurrency=8") == "h100_sxm/trtllm/1.0.0rc3/Qwen_Qwen3-32B.csv"
+    assert silicon.collection_of("") == ""
+
+
 def test_strict_refuses_approximate_rows(llama):
     from perfcast.inference.validation import _strictly
 

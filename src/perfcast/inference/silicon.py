@@ -16,6 +16,8 @@ the mapping is written here and in docs/design/validation.md:
   ``moe_ep`` (perfcast derives ``moe_tp`` = the MoE group / ``ep`` and the row must agree); a
   dense model's attention-DP ranks are independent replicas. perfcast's own layout check
   (:func:`perfcast.capture.parallel.check`) refuses what it cannot take, and its line is the reason.
+  Two collections state an expert-parallel run's layout as the product of its GPUs and its expert
+  parallelism; their aggregated rows are read back as the run had them (:func:`_restated`).
 - **disaggregated** rows: the decode workers' layout and batch (``decode_*`` columns).
 """
 
@@ -68,6 +70,14 @@ def benchmark_of(source: str) -> str:
     return "inferencex" if _INFERENCEX.match(source or "") else "gap-analysis"
 
 
+def collection_of(source: str) -> str:
+    """The collection a row came from, from ``silicon_data_source``: its result file
+    (``2026-04-06.csv``), database dump (``db-dump/2026-04-27``) or gap-analysis file — a local
+    path cut to what follows its ``data/`` folder (``h100_sxm/trtllm/1.0.0rc3/…csv``)."""
+    first = (source or "").split(";")[0].strip().removeprefix("source_file=")
+    return first.split("/data/", 1)[1] if "/data/" in first else first
+
+
 def shipped_path() -> Path:
     return Path(str(resources.files("perfcast.data") / "validation" / "silicon_sample.csv"))
 
@@ -102,12 +112,13 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
     if missing:
         raise UserError(f"{p}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                         f"(expected aiconfigurator-core's silicon_sample.csv layout)")
+    source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
     if "concurrency" not in frame.columns:
-        source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
         frame["concurrency"] = source.str.extract(_CONCURRENCY, expand=False).fillna("")
     if "benchmark" not in frame.columns:
-        source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
         frame["benchmark"] = source.map(benchmark_of)
+    if "collection" not in frame.columns:
+        frame["collection"] = source.map(collection_of)
     for col in WORKER_COLUMNS:
         if col not in frame.columns:
             frame[col] = ""
@@ -122,11 +133,11 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
 
 def convert(source: str | Path, out: str | Path) -> dict:
     """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` and
-    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip), ``concurrency``
-    and ``benchmark`` (:func:`benchmark_of`) from ``silicon_data_source``. Returns the counts the
-    MANIFEST records."""
+    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip), ``concurrency``,
+    ``benchmark`` (:func:`benchmark_of`) and ``collection`` (:func:`collection_of`) from
+    ``silicon_data_source``. Returns the counts the MANIFEST records."""
     frame, _ = read(source)
-    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + ["concurrency", "benchmark"]]
+    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + ["concurrency", "benchmark", "collection"]]
     kept.to_csv(out, index=False)
     return {"rows": len(kept), "sha256_source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
             "sha256": hashlib.sha256(Path(out).read_bytes()).hexdigest()}
@@ -295,6 +306,42 @@ def _layout(row: dict, cfg: dict, disagg: bool, pre: str | None = None
     return Layout(tp=tp, ep=ep, dp=adp, pp=pp, attention_dp=adp > 1), batch, None, assumed
 
 
+#: The note of a row whose stated layout is read as its collection's product of the run's GPUs and
+#: expert parallelism (``product_layouts`` in mapping.yaml).
+LAYOUT_NOTE = "layout restated"
+
+
+def _restated(row: dict) -> tuple[dict, str | None, str | None]:
+    """(the row, with its layout columns as the run had them, the note saying so, and what of it
+    is assumed) for an aggregated row of a collection that states expert-parallel layouts as a
+    product (mapping.yaml ``product_layouts``); the row as it is otherwise. The batch column is
+    per attention-DP rank, so the step's sequences (batch × ranks) are kept."""
+    spec = tables().get("product_layouts") or {}
+    if row.get("mode") != "agg" or row.get("collection") not in spec.get("collections", ()):
+        return row, None, None
+    tp, batch = _int(row, "tp_size"), _int(row, "batch_size")
+    adp = _int(row, "attention_dp_size", default=1, zero_is_unset=True)
+    moe_tp = _int(row, "moe_tp_size", default=1, zero_is_unset=True)
+    ep = _int(row, "moe_ep_size", default=1, zero_is_unset=True)
+    if not tp or not batch or ep < 2:
+        return row, None, None
+    assumed = None
+    if moe_tp > 1 and tp * adp == moe_tp * ep and moe_tp % ep == 0:  # the SGLang / TensorRT-LLM form
+        gpus, experts, dp = moe_tp, ep, adp > 1
+    elif moe_tp == 1 and tp == adp > 1 and ep == tp * adp:  # the vLLM form
+        gpus, experts, dp, assumed = tp, adp, False, f"{LAYOUT_NOTE}: {spec['approximate_vllm']}"
+    else:
+        return row, None, None
+    ranks = gpus if dp else 1
+    real = {"tp_size": 1 if dp else gpus, "attention_dp_size": ranks, "moe_tp_size": gpus // experts,
+            "moe_ep_size": experts, "batch_size": -(-batch * adp // ranks)}
+    note = (f"{LAYOUT_NOTE}: collection {row['collection']} states tp {tp} × attention DP {adp}, moe_tp "
+            f"{moe_tp} × moe_ep {ep}, the product of the run's {gpus} GPUs and its expert parallelism "
+            f"{experts}; priced as tp {real['tp_size']}" + (f" × attention DP {ranks}" if dp else "")
+            + f", moe_ep {experts} on {gpus} GPUs (mapping.yaml product_layouts)")
+    return {**row, **{k: str(v) for k, v in real.items()}}, note, assumed
+
+
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
@@ -335,6 +382,10 @@ def map_row(row: dict) -> Case:
     if why:
         return replace(base, reason=why)
     base = replace(base, model=config, quantize=quantize, approximate=approx, notes=base.notes + qnotes)
+    row, restated, guessed = _restated(row)
+    if restated:
+        base = replace(base, notes=base.notes + (restated,),
+                       approximate=base.approximate + ((guessed,) if guessed else ()))
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
     if why:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfcast.inference.recipes import BATCH_NOTE, RECIPE_NOTE
+from perfcast.inference.silicon import LAYOUT_NOTE
 from perfcast.inference.validation import LOW_CONCURRENCY, MAPPINGS, command
 from perfcast.report.document import check, write
 
@@ -172,7 +173,7 @@ def row_records(doc: dict) -> list[dict]:
                "measured_tpot_ms": _measured(c.tpot_ms), "measured_ttft_ms": _measured(c.ttft_ms),
                "engine": c.engine or "", "quantize": c.quantize or "", "layout": c.layout.describe() if c.layout else "",
                "approximate": " | ".join(c.approximate), "refused": c.reason or "",
-               "engine_settings": " | ".join(n for n in c.notes if n.startswith((RECIPE_NOTE, BATCH_NOTE))),
+               "engine_settings": " | ".join(n for n in c.notes if n.startswith((RECIPE_NOTE, BATCH_NOTE, LAYOUT_NOTE))),
                "command": command(c)}
         if serving:  # the client the replay took (--serving)
             rec["serving_client"] = client_of(c) if c.mode in ("agg", "disagg") else ""
