@@ -93,17 +93,21 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
      "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),  # the row: gemm fp8, moe fp8_block
     ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597", "kimi-k2.5",
      "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm"),  # its own INT4 experts
-    ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5",
-     "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang "
-     "--quantize attention=fp8,mlp=fp8,experts=fp8_block"),
+    ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5:glm-5-fp8",
+     "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang"),  # zai-org/GLM-5-FP8, block FP8
+    ("2026_04_06_glm_5_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp8_ep1_1982", "glm-5",
+     "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang --quantize fp4"),  # NVFP4: the row's
 ])
 def test_the_sample_architectures_map_to_catalog_models(rows, row_id, catalog, argv):
     """The silicon sample's MiniMax-M2.5, Qwen3.5-MoE, Kimi-K2.5 and GLM-5 rows map to their
-    catalog models, with the row's layout, quantization and engine (named where it is not the
-    device's default, TensorRT-LLM)."""
+    catalog models (``family:checkpoint`` where a shipped checkpoint config is priced), with the
+    row's layout, quantization and engine (named where it is not the device's default,
+    TensorRT-LLM)."""
+    family, _, model = catalog.partition(":")
     c = silicon.map_row(rows[row_id])
-    assert c.predictable and c.model == catalog and c.family == catalog
-    assert command(c) == f"perfcast text-generate {catalog} --device h200-sxm --decode {argv}"
+    assert c.predictable and c.model == (model or family) and c.family == family
+    device = rows[row_id]["system"].replace("_", "-")
+    assert command(c) == f"perfcast text-generate {model or family} --device {device} --decode {argv}"
 
 
 @pytest.mark.parametrize("changes, quantize, approx", [
