@@ -136,3 +136,26 @@ def test_the_replays_of_one_model_and_device_run_in_one_process_in_file_order(ca
     ttft = [[p.ttft_serving_ms for p in out[m]] for out in outs for m in ("analytic", "roofline")]
     assert ttft[:2] == ttft[2:] and max(ttft[0]) > 1
     assert all(p.ttft_serving_ms is None for out in outs for p in out["profiling"])  # no closed form: no replay
+
+
+def test_a_killed_replay_process_is_one_line_naming_what_did_not_finish(cases, monkeypatch):
+    """A group's process killed by the system (out of memory) is a UserError — one line naming
+    --jobs and the groups left — not BrokenProcessPool's traceback."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from perfcast.inference.validation import Prediction
+    from perfcast.ir import UserError
+    from perfcast.serving import validation
+
+    def killed(fn, tasks, jobs=None, size=None, fresh=False):
+        yield 0, fn(tasks[0])
+        raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+    monkeypatch.setattr(validation, "forked_map", killed)
+    monkeypatch.setattr(validation, "replay", lambda case, step_model, seed: validation.Replay(1.0, 1.0))
+    rows = [c for c in cases.values() if c.predictable and c.mode == "agg"][::25][:80]
+    first = next(iter(dict.fromkeys((c.model, c.device) for c in rows)))
+    with pytest.raises(UserError, match=r"^--jobs 2: a replay process was killed before it finished \(most likely "
+                                        r"out of memory.*not finished: .* on .*\); rerun with --jobs 1") as e:
+        validation.augment({"analytic": [Prediction(c, "analytic") for c in rows]}, jobs=2)
+    assert f"{first[0]} on {first[1]}" not in str(e.value).split("not finished: ")[1]

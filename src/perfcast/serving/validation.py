@@ -7,6 +7,7 @@ documented defaults and the benchmark client's workload, and reports what the si
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from perfcast.inference.steps import BASELINE
 from perfcast.inference.validation import Prediction, ValidationRequest
 from perfcast.inference.validation import run as run_steps
+from perfcast.ir import UserError
 from perfcast.serving.forked import forked_map
 from perfcast.serving.replay import Replay, replay
 
@@ -41,12 +43,21 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
     groups = list(todo.items())
     tasks = [([predictions[m][i].case for m, i in rows], step_model, seed) for (step_model, *_), rows in groups]
     replayed: dict[tuple[str, int], Replay] = {}
-    for g, reps in forked_map(_replayed, tasks, jobs, size=lambda g: len(groups[g][1]), fresh=True):
-        rows = groups[g][1]
-        replayed.update(zip(rows, reps))
-        done += len(rows)
-        if progress is not None:
-            progress(done, total)
+    finished: set[int] = set()
+    try:
+        for g, reps in forked_map(_replayed, tasks, jobs, size=lambda g: len(groups[g][1]), fresh=True):
+            rows = groups[g][1]
+            replayed.update(zip(rows, reps))
+            finished.add(g)
+            done += len(rows)
+            if progress is not None:
+                progress(done, total)
+    except BrokenProcessPool:
+        left = ", ".join(f"{model} on {device}" for g, ((_, model, device), _) in enumerate(groups)
+                         if g not in finished)
+        raise UserError(f"--jobs {jobs or 'all CPUs'}: a replay process was killed before it finished (most "
+                        f"likely out of memory: each (model, device) group's step models live in its process; "
+                        f"not finished: {left}); rerun with --jobs 1, or fewer rows (--system, --model)") from None
     out = {}
     for model, preds in predictions.items():
         mine = []
