@@ -23,18 +23,15 @@ the mapping is written here and in docs/design/validation.md:
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
-from perfcast.inputs import load_yaml
+from perfcast.inference.silicon_file import (  # noqa: F401  (the file's API, as silicon.* too)
+    COLUMNS, WORKER_COLUMNS, _data, benchmark_of, collection_of, convert, manifest, read, shipped_path)
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
 from perfcast.models.quant_configs import read as read_quantization
@@ -42,105 +39,15 @@ from perfcast.models.quant_configs import read as read_quantization
 if TYPE_CHECKING:  # pandas is imported where the rows are read: the serving layer needs none of it
     import pandas as pd
 
-#: Columns the mapping reads (the shipped copy keeps exactly these, plus ``concurrency``).
-COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
-           "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "decode_batch_size", "decode_tp_size", "decode_pp_size",
-           "decode_attention_dp_size", "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms",
-           "silicon_tpot_ms")
 #: ``static``: a static batch (TensorRT-LLM's gptSessionBenchmark, the published
 #: performance tables before v0.10): one prefill of the whole batch, then its decode steps.
 MODES = ("agg", "disagg", "static")
-#: Columns the serving replay reads where the source has them: a disaggregated run's prefill
-#: workers and both pools' worker counts.
-WORKER_COLUMNS = ("prefill_batch_size", "prefill_num_workers", "prefill_tp_size", "prefill_pp_size",
-                  "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_num_workers")
-_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
-#: The InferenceX (InferenceMAX) cohort's sources: its dated result files and its database dumps.
-_INFERENCEX = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/)")
-
-
-def benchmark_of(source: str) -> str:
-    """Which benchmark client measured a row, from ``silicon_data_source``: ``inferencex`` — the
-    InferenceX / InferenceMAX runs (dated result files, ``db-dump/`` workflow runs), whose client
-    is vLLM's ``benchmark_serving.py`` with ``--random-range-ratio 0.8 --num-prompts CONC*10
-    --max-concurrency CONC --request-rate inf --ignore-eos`` (InferenceMAX ``benchmarks/*.sh``;
-    ai-dynamo/aisimulate ``scripts/e2e_accuracy`` replays that cohort with the same workload);
-    ``gap-analysis`` — aiconfigurator's own collections, whose client the source does not state."""
-    return "inferencex" if _INFERENCEX.match(source or "") else "gap-analysis"
-
-
-def collection_of(source: str) -> str:
-    """The collection a row came from, from ``silicon_data_source``: its result file
-    (``2026-04-06.csv``), database dump (``db-dump/2026-04-27``) or gap-analysis file — a local
-    path cut to what follows its ``data/`` folder (``h100_sxm/trtllm/1.0.0rc3/…csv``)."""
-    first = (source or "").split(";")[0].strip().removeprefix("source_file=")
-    return first.split("/data/", 1)[1] if "/data/" in first else first
-
-
-def shipped_path() -> Path:
-    return Path(str(resources.files("perfcast.data") / "validation" / "silicon_sample.csv"))
-
-
-def _data(name: str) -> dict:
-    return load_yaml(Path(str(resources.files("perfcast.data") / "validation" / name)))
 
 
 @lru_cache(maxsize=None)
 def tables() -> dict:
     """The mapping tables (systems, models, backends, quantization)."""
     return _data("mapping.yaml")
-
-
-def manifest() -> dict:
-    return _data("MANIFEST.yaml")
-
-
-def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
-    """The rows (all values as strings, empty where the source is empty) and a one-line
-    description of where they came from. ``path`` None: the copy shipped with perfcast."""
-    import pandas as pd
-
-    p = Path(path) if path is not None else shipped_path()
-    try:
-        frame = pd.read_csv(p, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise UserError(f"--silicon-sample {p}: no such file") from None
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
-        raise UserError(f"--silicon-sample {p}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise UserError(f"{p}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                        f"(expected aiconfigurator-core's silicon_sample.csv layout)")
-    source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
-    if "concurrency" not in frame.columns:
-        frame["concurrency"] = source.str.extract(_CONCURRENCY, expand=False).fillna("")
-    if "benchmark" not in frame.columns:
-        frame["benchmark"] = source.map(benchmark_of)
-    if "collection" not in frame.columns:
-        frame["collection"] = source.map(collection_of)
-    for col in WORKER_COLUMNS:
-        if col not in frame.columns:
-            frame[col] = ""
-    if path is None:
-        m = manifest()
-        where = (f"shipped copy of {m['source']['package']} {m['source']['package_version']} "
-                 f"{m['source']['file']} ({len(frame):,} rows, {m['source']['licence']})")
-    else:
-        where = f"{p} ({len(frame):,} rows)"
-    return frame, where
-
-
-def convert(source: str | Path, out: str | Path) -> dict:
-    """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` and
-    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip), ``concurrency``,
-    ``benchmark`` (:func:`benchmark_of`) and ``collection`` (:func:`collection_of`) from
-    ``silicon_data_source``. Returns the counts the MANIFEST records."""
-    frame, _ = read(source)
-    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + ["concurrency", "benchmark", "collection"]]
-    kept.to_csv(out, index=False)
-    return {"rows": len(kept), "sha256_source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
-            "sha256": hashlib.sha256(Path(out).read_bytes()).hexdigest()}
 
 
 @dataclass(frozen=True)
