@@ -238,6 +238,19 @@ def test_product_layouts_are_restated_as_the_run_had_them(rows):
     assert row["collection"] == "2026-04-06.csv" and silicon.map_row(row).layout == Layout(tp=8)
 
 
+def test_every_measurement_in_two_collections_maps_alike_in_both(frame):
+    """A measurement (TTFT and TPOT to every digit) that sits in more than one collection — one
+    stating the run's layout, one the product — maps to one layout and one batch in all of them."""
+    cases = {c.id: c for c in silicon.map_frame(frame)}
+    seen: dict[tuple, list[dict]] = {}
+    for r in frame[frame["mode"] == "agg"].to_dict("records"):
+        seen.setdefault((r["silicon_ttft_ms"], r["silicon_tpot_ms"]), []).append(r)
+    twins = [[r["id"] for r in rs] for rs in seen.values() if len({r["collection"] for r in rs}) > 1]
+    assert len(twins) == 460
+    for ids in twins:
+        assert len({(cases[i].layout, cases[i].num_queries) for i in ids}) == 1, ids
+
+
 def test_collection_of_sources():
     assert silicon.collection_of("source_file=2026-04-06.csv; silicon_concurrency=4") == "2026-04-06.csv"
     assert silicon.collection_of("db-dump/2026-04-27; config_id=199; silicon_concurrency=16") == "db-dump/2026-04-27"
