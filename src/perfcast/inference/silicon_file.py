@@ -61,7 +61,6 @@ def _data(name: str) -> dict:
     return load_yaml(Path(str(resources.files("perfcast.data") / "validation" / name)))
 
 
-
 def manifest() -> dict:
     return _data("MANIFEST.yaml")
 

@@ -12,15 +12,16 @@ def forked_map(fn: Callable, items: Sequence, jobs: int | None = None,
     """``(i, fn(items[i]))`` for every item. In ``jobs`` forked processes (default: the CPUs this
     process may use) where there are two or more of them and of the items and the platform can
     fork: submitted largest ``size(i)`` first (for balance), yielded as they finish. Otherwise in
-    order, in this process. ``fresh``: every item in a process of its own, forked from this one
-    and gone when it is done, so what one item compiles does not stay resident while the next
-    runs (a worker that served item after item kept every step model it built: the validation's
-    serving replay outgrew a 24 GB machine so)."""
+    order, in this process. ``fresh``: every item in a process of its own (at ``jobs`` 1 too, one
+    after another, wherever the platform can fork), forked from this one and gone when it is
+    done, so what one item compiles does not stay resident while the next runs (a worker that
+    served item after item kept every step model it built: the validation's serving replay
+    outgrew a 24 GB machine so)."""
     import multiprocessing
     import os
 
     jobs = jobs or len(os.sched_getaffinity(0))
-    if jobs < 2 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods() or (not fresh and (jobs < 2 or len(items) < 2)):
         for i, item in enumerate(items):
             yield i, fn(item)
         return

@@ -53,11 +53,12 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
             if progress is not None:
                 progress(done, total)
     except BrokenProcessPool:
-        left = ", ".join(f"{model} on {device}" for g, ((_, model, device), _) in enumerate(groups)
-                         if g not in finished)
+        left = ", ".join(dict.fromkeys(f"{model} on {device}" for g, ((_, model, device), _) in enumerate(groups)
+                                       if g not in finished))  # a model and device once, whatever step models
         raise UserError(f"--jobs {jobs or 'all CPUs'}: a replay process was killed before it finished (most "
                         f"likely out of memory: each (model, device) group's step models live in its process; "
-                        f"not finished: {left}); rerun with --jobs 1, or fewer rows (--system, --model)") from None
+                        f"not finished: {left}); rerun with --jobs 1 (one group at a time), or fewer rows "
+                        f"(--system, --model)") from None
     out = {}
     for model, preds in predictions.items():
         mine = []
