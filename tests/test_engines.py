@@ -344,6 +344,12 @@ def test_every_rule_of_every_profile_claims_ops_somewhere(tmp_path):
     used: dict[str, set] = {}
     for m, dev, e, dec, tp, topo in scenarios:
         used.setdefault(e, set()).update(sim(m, dev, e, dec, tp, topo).rules_applied)
+    # rules of a non-default option value: TensorRT-LLM's TRTLLM MoE backend on Blackwell
+    for dec in (True, False):
+        req = Request(load_model_config("deepseek-v3"), get_device("b200-sxm"), engine="trtllm", decode=dec,
+                      engine_options=(("moe_backend", "TRTLLM"),), quantize="fp4",
+                      **(dict(num_queries=8, context_length=1024) if dec else dict(num_queries=2, query_length=512)))
+        used["trtllm"].update(simulate(req).rules_applied)
     for e, seen in used.items():
         rules = get_engine(e).rules
         assert seen == set(range(len(rules))), (e, [(i, rules[i].rule) for i in sorted(set(range(len(rules))) - seen)])

@@ -275,3 +275,16 @@ def report_files(args, doc: dict, make, *objs) -> list[str]:
         written("--html", args.html, Path(args.html).write_text, text, "utf-8")
         paths.append(Path(args.html))
     return [] if getattr(args, "json", False) else [f"wrote {p}" for p in paths]
+
+
+def engine_options(texts) -> tuple[tuple[str, str], ...]:
+    """``NAME=VALUE`` texts (``--engine-option``, repeatable) as sorted pairs, one per name."""
+    out: dict[str, str] = {}
+    for text in texts or ():
+        key, sep, value = str(text).partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"--engine-option {text!r}: expected NAME=VALUE (e.g. moe_backend=TRTLLM)")
+        if key.strip() in out:
+            raise UserError(f"--engine-option {key.strip()}: given twice")
+        out[key.strip()] = value.strip()
+    return tuple(sorted(out.items()))

@@ -58,6 +58,7 @@ def _rule_line(r) -> tuple[str, str, str]:
     d = r.model_dump(exclude={"sources", "rule"}, exclude_defaults=True)
     where = [f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in d.items()
              if k in ("phases", "devices", "attention")]
+    where += [f"{k}={v}" for k, v in r.option.items()]
     if r.rule == "attention":
         kernel = ", ".join(f"{k} {v}" for k, v in r.kernel.model_dump(exclude_none=True).items())
         what = "cache write: " + ", ".join(f"{ph} {c.mode}" for ph, c in r.cache_write.items())
@@ -107,6 +108,14 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
             elif hasattr(setting, "sources"):   # a group of values (SGLang's new_token_ratio, TRT-LLM's batch_wait)
                 sc.add_row(name, ", ".join(f"{k} {v:g}" for k, v in setting if k != "sources"), setting.sources[0])
         console.print(sc)
+    if p.options:
+        ot = Table(title=f"{p.name} options (--engine-option NAME=VALUE; rules marked NAME=VALUE apply under it)")
+        for col in ("option", "default", "choices", "engine setting", "source"):
+            ot.add_column(col, overflow="fold")
+        for name, o in p.options.items():
+            only = "".join(f"; {c} on {', '.join(d)}" for c, d in o.devices.items())
+            ot.add_row(name, o.value, ", ".join(o.choices) + only, o.setting, o.sources[0])
+        console.print(ot)
     return 0
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, given, refuse, report_files, report_paths,
-                               sequences, written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, given, refuse, report_files,
+                               report_paths, sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                         "layout and limits, and the load it was chosen for as the default load")
     p.add_argument("--device", default="h100-sxm", help="device name (default h100-sxm; see `perfcast devices`)")
     p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
+    p.add_argument("--engine-option", action="append", metavar="NAME=VALUE",
+                   help="as text-generate's --engine-option (e.g. moe_backend=TRTLLM for trtllm on Blackwell)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
     p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…", help="as text-generate's --quantize")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
@@ -179,7 +181,7 @@ def _disagg(args, layout):
 
 
 #: Flags a deployment file sets (refused beside --deployment).
-DEPLOYMENT_FLAGS = ("--device", "--engine", "--dtype", "--quantize", "--kv-cache-dtype", "--tp-size", "--ep-size",
+DEPLOYMENT_FLAGS = ("--device", "--engine", "--engine-option", "--dtype", "--quantize", "--kv-cache-dtype", "--tp-size", "--ep-size",
                     "--dp-size", "--pp-size", "--attention-dp", "--max-batch-size", "--max-num-tokens",
                     "--chunked-prefill", "--no-chunked-prefill", "--disagg", "--prefill-tp-size", "--prefill-ep-size")
 
@@ -199,6 +201,7 @@ def _from_deployment(args) -> None:
         raise UserError(f"--deployment {args.deployment}: {d.instances} instances of an attention-DP layout; serve one "
                         f"(instances: 1, with its share of the load)")
     args.model, args.device, args.engine, args.dtype = d.model, d.device, d.engine, d.dtype
+    args.engine_option = [f"{k}={v}" for k, v in sorted((d.engine_options or {}).items())]
     args.what_if = tuple(sorted((d.what_if or {}).items()))
     args.quantize, args.kv_cache_dtype = d.quantize, d.kv_cache_dtype
     # instances of a layout without attention DP are its data-parallel ranks: one engine each, the load split
@@ -253,7 +256,8 @@ def run(args) -> int:
     layout = Layout(tp=args.tp_size, ep=args.ep_size, dp=args.dp_size, pp=args.pp_size,
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
-                     args.topology, args.performance_model, what_if=getattr(args, "what_if", ()))
+                     args.topology, args.performance_model, what_if=getattr(args, "what_if", ()),
+                     engine_options=engine_options(args.engine_option))
     slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
     dis = _disagg(args, layout)
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,

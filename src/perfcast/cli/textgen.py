@@ -7,8 +7,8 @@ import argparse
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, images, pixels, refuse, report_files,
-                               report_paths, sequences, tokens, written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, images, pixels, refuse,
+                               report_files, report_paths, sequences, tokens, written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -33,6 +33,10 @@ def _common(p, topology: bool) -> None:
                    help="serving engine whose kernels and launches are priced: trtllm, vllm, sglang, "
                         "vllm-ascend, xla, eager (PyTorch as Hugging Face runs it) or a profile YAML file; default: "
                         "the device's (see `perfcast engines`)")
+    p.add_argument("--engine-option", action="append", metavar="NAME=VALUE",
+                   help="an engine setting that changes its kernels, repeatable: moe_backend=CUTLASS|TRTLLM for "
+                        "trtllm (TensorRT-LLM moe_config.backend; TRTLLM on Blackwell); `perfcast engines NAME` "
+                        "lists an engine's options")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -119,7 +123,7 @@ def _request(args, topo=None, **extra):
     return Request(model=load_model_config(args.model), device=device,
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
                    kv_dtype=args.kv_cache_dtype, engine=args.engine,
-                   cache=not args.no_cache, **extra)
+                   engine_options=engine_options(args.engine_option), cache=not args.no_cache, **extra)
 
 
 def _images(args):

@@ -26,6 +26,7 @@ from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 #: database kernel type → kernel class
 TABLE_CLASSES = {"MatMul": "gemm", "ContextAttention": "attention.context",
                  "GenerationAttention": "attention.generation", "GroupedMatMul": "moe",
+                 "GroupedMatMulMinLatency": "moe.trtllm_gen",
                  "ContextMLA": "mla.context", "GenerationMLA": "mla.generation",
                  "CustomAllReduce": "allreduce", "ScaleMatrix": "vector"}
 #: HBM bytes per element of the memory-bound table's kernel: FP8 quantization of a bf16 operand
@@ -120,7 +121,7 @@ def _rows(df, table: str, cls_name: str):
     if cls_name.startswith(("attention", "mla")):
         df = df[df["window"] == 0]  # sliding-window kernels are a family of their own
         df = df[(df["q_len"] == 1) == cls_name.endswith("generation")]
-    if cls_name == "moe" and "routing" in df.columns:
+    if cls_name.startswith("moe") and "routing" in df.columns:
         df = df[df["routing"] == "balanced"]  # what a perfcast grouped-GEMM leaf assumes
     if cls_name == "vector":
         numel = df["shape"].map(lambda s: float(np.prod([int(x) for x in str(s).split("x")])))

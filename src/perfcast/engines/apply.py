@@ -24,9 +24,9 @@ def engines_for(device) -> list[str]:
     return [n for n in engine_names() if compatible(get_engine(n), device)]
 
 
-def resolve(name: str | None, device) -> EngineProfile:
+def resolve(name: str | None, device, options: tuple[tuple[str, str], ...] = ()) -> EngineProfile:
     """The engine named ``name`` (an error if it cannot run on ``device``), or the device's
-    declared default engine."""
+    declared default engine, with ``options`` (``--engine-option NAME=VALUE``) in force."""
     if name is None:
         default = device.spec.default_engine
         if default is None:
@@ -37,7 +37,45 @@ def resolve(name: str | None, device) -> EngineProfile:
     if not compatible(profile, device):
         raise UserError(f"--engine {name}: runs on {', '.join(profile.vendors)} devices; {device.name} is "
                         f"{device.spec.vendor} (engines for it: {', '.join(engines_for(device)) or 'none'})")
-    return profile
+    return with_options(profile, options, device) if options else profile
+
+
+def with_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], device) -> EngineProfile:
+    """``profile`` with each named option set to its value: one line naming ``--engine-option``
+    for an option the engine does not declare, a value it does not offer, or a device the value
+    does not run on."""
+    chosen = dict(profile.options)
+    for key, value in options:
+        opt = chosen.get(key)
+        if opt is None:
+            raise UserError(f"--engine-option {key}={value}: engine {profile.name} has no option {key!r} (its options: "
+                            f"{', '.join(sorted(profile.options)) or 'none'})")
+        match = next((c for c in opt.choices if c.lower() == value.lower()), None)
+        if match is None:
+            raise UserError(f"--engine-option {key}={value}: expected one of {', '.join(opt.choices)} "
+                            f"(engine {profile.name}'s {opt.setting})")
+        runs_on = opt.devices.get(match)
+        if runs_on is not None and device.name not in runs_on:
+            raise UserError(f"--engine-option {key}={match}: {profile.name}'s {opt.setting} {match} runs on "
+                            f"{', '.join(runs_on)}, not {device.name}")
+        chosen[key] = opt.model_copy(update={"value": match})
+    return profile.model_copy(update={"options": chosen})
+
+
+def check_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], model, quantization) -> None:
+    """Options that cannot apply to ``model``: a MoE backend for a model without routed experts,
+    or TensorRT-LLM's TRTLLM backend for experts in the model dtype (TRTLLMGenFusedMoE serves
+    block-FP8, NVFP4 and MXFP4 experts only)."""
+    from perfcast.capture.parallel import experts_of
+
+    named = dict(options)
+    if "moe_backend" not in named:
+        return
+    if not experts_of(model.data):
+        raise UserError(f"--engine-option moe_backend={named['moe_backend']}: {model.name} has no routed experts")
+    if profile.options["moe_backend"].value == "TRTLLM" and quantization.scheme("mlp.experts", "experts") is None:
+        raise UserError(f"--engine-option moe_backend=TRTLLM: TensorRT-LLM's TRTLLM MoE backend serves block-FP8, "
+                        f"NVFP4 or MXFP4 experts, and {model.name}'s experts are unquantized here (pass --quantize)")
 
 
 def rotates(profile: EngineProfile, phase: str) -> bool:

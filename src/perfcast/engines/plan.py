@@ -94,7 +94,8 @@ def segment_plan(profile: EngineProfile, ctx: Context, records: list[OpRecord], 
     # ids of attentions whose KV write another kernel does ("cached") or their own ("in_kernel")
     state = {"cached": set(), "in_kernel": set()}
     for n, rule in enumerate(profile.rules):
-        if (rule.phases and ctx.phase not in rule.phases) or (rule.devices and ctx.device not in rule.devices):
+        if (rule.phases and ctx.phase not in rule.phases) or (rule.devices and ctx.device not in rule.devices) \
+                or not profile.selects(rule):
             continue
         if (rule.attention == "mla" and not mla) or (rule.attention == "mha" and (mla or not attention)):
             continue

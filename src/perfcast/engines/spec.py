@@ -14,20 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from perfcast.engines.settings import EngineOption, Phase, PositiveInt, SchedulerSection, Sources, Text, _Strict
 from perfcast.hardware.spec import NonNegative, SpecError, parse_spec, read_yaml
-
-Text = Annotated[str, Field(strict=True, min_length=1)]
-Sources = Annotated[list[Text], Field(min_length=1)]
-#: a count, a token or byte limit: an integer a float holds exactly
-PositiveInt = Annotated[int, Field(strict=True, gt=0, le=2**53)]
-Phase = Literal["prefill", "decode"]
-
-
-class _Strict(BaseModel):
-    # NaN and infinity (YAML's .nan, .inf, and 1e400) are not figures
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class When(_Strict):
@@ -41,6 +31,7 @@ class When(_Strict):
 class _Rule(_Strict):
     phases: list[Phase] = Field(default_factory=list)  # empty: both phases
     devices: list[Text] = Field(default_factory=list)  # device names; empty: every device
+    option: dict[Text, Text] = Field(default_factory=dict)  # only where the engine options have these values
     attention: Literal["mla", "mha"] | None = None  # only segments whose attention is (not) MLA
     sources: Sources
 
@@ -234,83 +225,6 @@ class CalibrationRef(_Strict):
     reason: Text
 
 
-class CountSetting(_Strict):
-    """A count or token limit the engine uses by default (``null``: none of its own; the engine
-    derives it from memory), with where the engine sets it."""
-
-    value: PositiveInt | None
-    sources: Sources
-
-
-class FlagSetting(_Strict):
-    value: Annotated[bool, Field(strict=True)]
-    sources: Sources
-
-
-class FractionSetting(_Strict):
-    value: Annotated[float, Field(gt=0, le=1)]
-    sources: Sources
-
-
-class ChoiceSetting(_Strict):
-    value: Literal["recompute", "retract", "never", "on_demand", "reserve_ratio", "reserve_full"]
-    sources: Sources
-
-
-class TokenRatio(_Strict):
-    """SGLang's estimate of the share of a running request's remaining output it will still
-    generate, used to admit new requests: starts at ``init``, decays per decode step to
-    ``init · min_factor`` over ``decay_steps`` steps, back to ``init`` on a retraction."""
-
-    init: Annotated[float, Field(gt=0, le=1)]
-    min_factor: Annotated[float, Field(gt=0, le=1)]
-    decay_steps: PositiveInt
-    sources: Sources
-
-
-class BatchWait(_Strict):
-    """TensorRT-LLM's batch waiting: context requests held out of steps that carry generation
-    requests until ``timeout_iters`` steps have waited or the step's tokens reach
-    ``max_tokens_ratio`` × ``max_num_tokens`` (0 and 0: off, the default)."""
-
-    timeout_iters: Annotated[int, Field(strict=True, ge=0)]
-    max_tokens_ratio: Annotated[float, Field(ge=0, le=1)]
-    sources: Sources
-
-
-class SchedulerSection(_Strict):
-    """The engine's batching loop (``policy``: whose ``schedule`` the simulation runs) and its
-    defaults, each with the engine code path that sets it."""
-
-    policy: Literal["vllm", "sglang", "trtllm"]
-    policy_sources: Sources
-    max_num_seqs: CountSetting
-    max_num_tokens: CountSetting
-    chunked_prefill: FlagSetting
-    mixed_chunk: FlagSetting
-    block_size_tokens: CountSetting
-    memory_fraction: FractionSetting
-    preemption: ChoiceSetting
-    admission: ChoiceSetting
-    max_prefill_tokens: CountSetting | None = None
-    new_token_ratio: TokenRatio | None = None
-    batch_wait: BatchWait | None = None
-
-    @model_validator(mode="after")
-    def _choices(self):
-        if self.preemption.value not in ("recompute", "retract", "never"):
-            raise ValueError("@preemption.value: expected recompute, retract or never")
-        if self.admission.value not in ("on_demand", "reserve_ratio", "reserve_full"):
-            raise ValueError("@admission.value: expected on_demand, reserve_ratio or reserve_full")
-        if self.block_size_tokens.value is None:
-            raise ValueError("@block_size_tokens.value: the KV block size is a number")
-        if self.max_num_tokens.value is None:
-            raise ValueError("@max_num_tokens.value: the step token budget is a number")
-        if self.admission.value == "reserve_ratio" and self.new_token_ratio is None:
-            raise ValueError("@new_token_ratio: reserve_ratio admission needs the ratio")
-        return self
-
-
 class EngineProfile(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9-]*$")]
     description: Text
@@ -323,6 +237,20 @@ class EngineProfile(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     leftover: Leftover
     scheduler: SchedulerSection | None = None
+    options: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], EngineOption] = Field(default_factory=dict)
+
+    def selects(self, rule) -> bool:
+        """Whether ``rule`` applies under the options' values."""
+        return all(k in self.options and self.options[k].value == v for k, v in rule.option.items())
+
+    @model_validator(mode="after")
+    def _rule_options(self):
+        for n, rule in enumerate(self.rules):
+            for k, v in rule.option.items():
+                if k not in self.options or v not in self.options[k].choices:
+                    raise ValueError(f"@rules.{n}.option.{k}: {v!r} is not a value of a declared option "
+                                     f"({', '.join(f'{o}: {c.choices}' for o, c in self.options.items()) or 'none declared'})")
+        return self
 
     @model_validator(mode="after")
     def _host_figures(self):

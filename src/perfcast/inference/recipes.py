@@ -29,6 +29,7 @@ class Recipe:
     batch_wait: tuple[int, float] | None
     memory_fraction: float | None
     source: str
+    engine_options: tuple[tuple[str, str], ...] = ()
 
 
 @lru_cache(maxsize=None)
@@ -55,11 +56,16 @@ def _entries() -> tuple[dict, ...]:
             for key in ("isl", "osl", "tp_below", "timeout_iters"):
                 checked_number(bw.get(key), f"{where}: batch_wait.{key}", integer=True, minimum=0)
             checked_number(bw.get("max_tokens_ratio"), f"{where}: batch_wait.max_tokens_ratio", minimum=0, maximum=1)
+        mb = e.get("moe_backend")
+        if mb is not None and (not isinstance(mb, dict) or set(mb) - {"without_attention_dp", "with_attention_dp"}
+                               or not all(v in ("CUTLASS", "TRTLLM") for v in mb.values())):
+            raise UserError(f"{where}: moe_backend: expected without_attention_dp / with_attention_dp, each CUTLASS "
+                            f"or TRTLLM")
     return tuple(entries)
 
 
 def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: int, osl: int,
-              tp: int) -> Recipe | None:
+              tp: int, attention_dp: bool = False) -> Recipe | None:
     """The settings of the campaign's script for this row, or None where none is transcribed."""
     for e in _entries():
         if (e["model_path"], e["backend"]) == (model_path, backend) and system in e["systems"] \
@@ -68,8 +74,9 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             wait = None
             if bw is not None and (isl, osl) == (bw["isl"], bw["osl"]) and tp < bw["tp_below"]:
                 wait = (int(bw["timeout_iters"]), float(bw["max_tokens_ratio"]))
+            moe = (e.get("moe_backend") or {}).get("with_attention_dp" if attention_dp else "without_attention_dp")
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()))
+                          " ".join(e["source"].split()), (("moe_backend", moe),) if moe else ())
     return None
 
 
@@ -96,14 +103,16 @@ def with_recipe(case: Case, precision: str) -> Case:
     """``case`` with the engine settings its campaign's script launched it with, where the recipes
     transcribe them: the KV-cache dtype (where the row states none), the step token budget, the
     memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
-    r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp)
+    r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp,
+                  case.layout.attention_dp)
     if r is None:
         return case
     kv = case.kv_dtype or r.kv_cache_dtype
     wait = (f", batch_wait_timeout_iters {r.batch_wait[0]}, batch_wait_max_tokens_ratio {r.batch_wait[1]:g}"
             if r.batch_wait else "")
     frac = f", memory fraction {r.memory_fraction:g}" if r.memory_fraction else ""
-    note = (f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, max num tokens {r.max_num_tokens}{wait}{frac} "
-            f"({r.source})")
+    tokens = f"max num tokens {r.max_num_tokens}" if r.max_num_tokens else "max num tokens the engine's default"
+    moe = "".join(f", {k} {v}" for k, v in r.engine_options)
+    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe} ({r.source})"
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
-                   memory_fraction=r.memory_fraction, notes=case.notes + (note,))
+                   memory_fraction=r.memory_fraction, engine_options=r.engine_options, notes=case.notes + (note,))

@@ -85,6 +85,7 @@ class Case:
     max_num_tokens: int | None = None     # the campaign's step token budget (perfcast.inference.recipes)
     batch_wait: tuple[int, float] | None = None  # its TensorRT-LLM batch waiting
     memory_fraction: float | None = None  # its engine memory fraction
+    engine_options: tuple[tuple[str, str], ...] = ()  # its engine options (e.g. TensorRT-LLM's MoE backend)
 
     @property
     def num_queries(self) -> int:

@@ -49,6 +49,7 @@ class Group:
     decode: bool
     dtype: str = "bf16"
     kv_dtype: str | None = None
+    engine_options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,13 @@ def step_request(group: Group, *, batch: int, length: int,
                    query_length=1 if group.decode else length,
                    context_length=length if group.decode else 0, decode=group.decode,
                    dtype=group.dtype, quantize=group.quantize, kv_dtype=group.kv_dtype, layout=layout,
-                   performance_models=performance_models, engine=group.engine)
+                   performance_models=performance_models, engine=group.engine,
+                   engine_options=group.engine_options)
 
 
 def group_of(case: Case, decode: bool) -> Group:
     return Group(case.model, case.device, case.quantize, case.layout, case.engine, decode, case.dtype,
-                 case.kv_dtype)
+                 case.kv_dtype, case.engine_options)
 
 
 def point_of(case: Case, decode: bool) -> tuple[int, int]:
@@ -131,7 +133,7 @@ def _price_group(prices: Prices, group: Group, points: list[tuple[int, int]], mo
     if "profiling" in models:
         try:
             dev = get_device(group.device)
-            make_model("profiling", dev, None, None, engines.resolve(group.engine, dev))
+            make_model("profiling", dev, None, None, engines.resolve(group.engine, dev, group.engine_options))
         except (UserError, SpecError) as e:
             for p in points:
                 out[p]["profiling"] = StepTime(None, reason=f"profiling: {e}")

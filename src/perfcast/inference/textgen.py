@@ -48,6 +48,7 @@ class Request:
     profiling_database: str | None = None
     reroll: bool = True
     engine: str | None = None  # an engine profile (perfcast.engines); None: the device's default
+    engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option NAME=VALUE (perfcast.engines.with_options)
     cache: bool = True
     memory_utilization: float = 0.9
     layout: par.Layout = par.Layout()
@@ -80,8 +81,9 @@ class Request:
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
         vision.check(self)
         par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
-        self.profile()
-        quantization.resolve(self)  # a bad --quantize or quantization_config is one line
+        profile = self.profile()
+        quant = quantization.resolve(self)  # a bad --quantize or quantization_config is one line
+        engines.check_options(profile, self.engine_options, self.model, quant.quantization)
         # a quantized linear runs natively or weight-only in the model dtype (capture/quant.py)
         if self.dtype not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {self.dtype} matrix rate "
@@ -89,7 +91,7 @@ class Request:
 
     def profile(self) -> engines.EngineProfile:
         """The engine profile the step is priced as (the device's default when none is named)."""
-        return engines.resolve(self.engine, self.device)
+        return engines.resolve(self.engine, self.device, self.engine_options)
 
     @property
     def new_tokens(self) -> int:

@@ -297,6 +297,8 @@ def command(case: Case) -> str:
         parts += ["--quantize", case.quantize]
     if case.kv_dtype:
         parts += ["--kv-cache-dtype", case.kv_dtype]
+    for k, v in case.engine_options:
+        parts += ["--engine-option", f"{k}={v}"]
     return " ".join(parts)
 
 

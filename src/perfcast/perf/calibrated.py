@@ -84,10 +84,11 @@ class KernelCalibration:
         cls, shape = got
         variant = cls.variant(shape)
         key = f"{cls.name}/{variant}"
-        for alt in (variant, *NEAREST.get(variant, ())):
-            fit = self.fit(f"{cls.name}/{alt}")
-            if fit is not None:
-                return key, cls, shape, fit, f"{cls.name}/{alt}"
+        for name in (cls.name, *((cls.fallback,) if cls.fallback else ())):
+            for alt in (variant, *NEAREST.get(variant, ())):
+                fit = self.fit(f"{name}/{alt}")
+                if fit is not None:
+                    return key, cls, shape, fit, f"{name}/{alt}"
         return None
 
     def price(self, key: str, cls: KernelClass, shape: Shape, fit: KernelFit, rate, bandwidth):

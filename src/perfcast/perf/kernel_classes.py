@@ -71,6 +71,8 @@ class KernelClass:
     #: each residual axis's cell width (octaves) and where its first cell starts below the
     #: smallest measured value (octaves): a factor of 4 from that value by default
     cells: tuple[tuple[float, float], tuple[float, float]] = ((CELL_LOG2, 0.0), (CELL_LOG2, 0.0))
+    #: the class whose fits price a format this one has no fit of (labelled derived)
+    fallback: str | None = None
 
     def bandwidth_of(self, device) -> float | None:
         """HBM bandwidth, or for a collective class one device's links summed (per direction, the
@@ -245,6 +247,13 @@ def moe_work(s: Shape, units: int) -> KernelWork:
 
 MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                             lambda v: GEMM_RATE[v], ("tokens", "weights")))
+#: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing,
+#: FC1 with the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the
+#: same work, its own kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency``
+#: rows, table ``GroupedMatMulMinLatency``). A format it has no measured table of (its block-FP8
+#: runner) is priced by the default backend's fit of that format.
+MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
+                                       lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe"))
 
 
 # Latent (MLA) attention -----------------------------------------------------------------------
@@ -354,7 +363,8 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         e, d = int(leaf.attr("num_experts")), hidden.shape[-1]
         ep = int(leaf.attr("expert_shards") or 1)
         tokens = hidden.numel / d * sympy.sympify(leaf.attr("token_share") or 1) * ep
-        return MOE, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
+        cls = MOE_TRTLLM_GEN if leaf.attr("kernel_class") == MOE_TRTLLM_GEN.name else MOE
+        return cls, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
                      "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up),
                      **_operand_bytes(leaf, hidden, gate_up)}

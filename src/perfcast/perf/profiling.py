@@ -28,6 +28,10 @@ from perfcast.perf.model import Provenance
 from perfcast.perf.table_csv import read_table
 from perfcast.perf.tables import KernelTable
 
+#: kernel classes an engine option gives a leaf (perfcast.perf.kernel_classes) → the only table
+#: that measures their kernels: TensorRT-LLM's TRTLLM MoE backend (docs/design/engines.md)
+CLASS_TABLES = {"moe.trtllm_gen": "GroupedMatMulMinLatency"}
+
 
 @lru_cache(maxsize=8)
 def load_database(root: Path) -> "ProfilingDataSource":
@@ -200,6 +204,13 @@ class ProfilingDataSource(DataSource):
             return Miss(f"{name}: {e}")
         if entry.category == "elementwise":
             return self._elementwise(name, entry, feats)
+        own = CLASS_TABLES.get(str(op.attr("kernel_class") or ""))
+        if own is not None:  # an engine option's kernels: their own table or nothing
+            if own not in self.tables:
+                return Miss(f"{name}: kernel class {op.attr('kernel_class')} is measured in table {own}, which "
+                            f"this database lacks")
+            got = self._query(own, feats)
+            return got if isinstance(got, QueryResult) else Miss(got)
         reasons = []
         for kernel in (entry.kernel_type, *entry.alternate_kernel_types):
             got = self._query(kernel, feats)

@@ -51,6 +51,7 @@ class DeploymentFile(_Strict):
     model: str = Field(min_length=1)
     device: str = Field(min_length=1)
     engine: Literal["trtllm", "vllm", "sglang"]
+    engine_options: dict[str, str] | None = None  # as --engine-option NAME=VALUE (e.g. moe_backend: TRTLLM)
     dtype: Literal["bf16", "fp16"] = "bf16"
     quantize: str | None = None
     kv_cache_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = None

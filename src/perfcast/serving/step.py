@@ -76,6 +76,7 @@ class Deployment:
     topology: str | None = None
     performance_model: str = "analytic"
     what_if: tuple[tuple[str, float], ...] = ()   # hardware multipliers (perfcast.hardware.device.scaled)
+    engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option NAME=VALUE, sorted
 
     def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
         """The text-generate request of one step of this deployment (``batch`` sequences per
@@ -90,7 +91,7 @@ class Deployment:
                        num_queries=batch * self.layout.dp, query_length=1 if decode else length,
                        context_length=length if decode else context, decode=decode, dtype=self.dtype,
                        quantize=self.quantize, kv_dtype=self.kv_dtype, layout=self.layout,
-                       engine=self.engine, topology=self.topology)
+                       engine=self.engine, engine_options=self.engine_options, topology=self.topology)
 
     @property
     def devices(self) -> int:
