@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fuzzing import run_cli
+from silicon_rows import case
 from perfcast.engines import get_engine, resolve
 from perfcast.engines.spec import load_profile_file, profiles_dir
 from perfcast.hardware import get_device
@@ -159,16 +160,12 @@ def test_serve_takes_the_option_and_a_deployment_file_carries_it(tmp_path):
 
 # -- the InferenceX DeepSeek-R1 settings ---------------------------------------------------------
 
+DSR1 = {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp4", "gemm_quant_mode": "nvfp4",
+        "moe_quant_mode": "nvfp4", "tp_size": "8", "moe_ep_size": "8"}
+
+
 def _row(**over) -> silicon.Case:
-    row = {"id": "r", "backend": "trtllm", "backend_version": "", "model_path": "deepseek-ai/DeepSeek-R1",
-           "system": "b200_sxm", "precision": "fp4", "mode": "agg", "isl": "1024", "osl": "1024",
-           "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "batch_size": "32", "tp_size": "8", "pp_size": "1",
-           "attention_dp_size": "1", "moe_tp_size": "1", "moe_ep_size": "8", "silicon_ttft_ms": "500",
-           "silicon_tpot_ms": "15", "concurrency": "32", "benchmark": "inferencex"}
-    row.update(over)
-    for col in silicon.COLUMNS:
-        row.setdefault(col, "")
-    return silicon.map_row(row)
+    return case(**{**DSR1, **over})
 
 
 def test_deepseek_r1_nvfp4_rows_on_b200_take_the_scripts_moe_backend():
@@ -189,3 +186,13 @@ def test_deepseek_r1_nvfp4_rows_on_b200_take_the_scripts_moe_backend():
     h200 = _row(system="h200_sxm", precision="fp8", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block")
     assert (h200.engine_options, h200.memory_fraction) == ((("moe_backend", "CUTLASS"),), 0.75)
     assert _row(benchmark="gap-analysis").engine_options == ()
+
+
+def test_disaggregated_runs_keep_the_engines_defaults():
+    # the transcribed scripts launch one single-node server; the campaign's disaggregated runs come
+    # from its multi-node recipes
+    frame = silicon.read()[0]
+    row = frame[frame.id == "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_disagg_1024x1024_c875_tp4_0_ep4_0_1138"]
+    c = silicon.map_row(row.to_dict("records")[0])
+    assert c.mode == "disagg" and c.benchmark == "inferencex"
+    assert (c.engine_options, c.kv_dtype, c.memory_fraction) == ((), None, None)

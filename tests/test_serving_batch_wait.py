@@ -9,7 +9,6 @@ import json
 import pytest
 
 from fuzzing import run_cli
-from perfcast.inference import silicon
 from perfcast.inference.recipes import RECIPE_NOTE, recipe_of
 from perfcast.ir.errors import UserError
 from perfcast.serving import replay as replay_mod
@@ -18,6 +17,7 @@ from perfcast.serving.sim import simulate
 from perfcast.serving.types import AffineStep
 from perfcast.serving.workload import Trace, Workload
 from serving_doc import table
+from silicon_rows import case as _case
 
 STEP = AffineStep(fixed_s=0.010, per_token_s=0.001)  # a step of T tokens: 10 + T ms
 
@@ -108,18 +108,6 @@ def test_serve_refuses_batch_waiting_where_it_cannot_apply(argv, message):
 
 
 # -- the InferenceX launch settings -------------------------------------------------------------
-
-def _case(**over) -> silicon.Case:
-    row = {"id": "r", "backend": "trtllm", "backend_version": "", "model_path": "meta-llama/Llama-3.1-70B",
-           "system": "h200_sxm", "precision": "fp8", "mode": "agg", "isl": "1024", "osl": "1024",
-           "gemm_quant_mode": "fp8", "moe_quant_mode": "", "batch_size": "32", "tp_size": "4", "pp_size": "1",
-           "attention_dp_size": "1", "moe_tp_size": "1", "moe_ep_size": "1", "silicon_ttft_ms": "500",
-           "silicon_tpot_ms": "15", "concurrency": "32", "benchmark": "inferencex"}
-    row.update(over)
-    for col in silicon.COLUMNS:
-        row.setdefault(col, "")
-    return silicon.map_row(row)
-
 
 def test_an_inferencex_row_takes_its_scripts_settings():
     c = _case()

@@ -303,7 +303,7 @@ def map_row(row: dict) -> Case:
     base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
     from perfcast.inference.recipes import with_batch_limit, with_recipe
 
-    if base.benchmark == "inferencex":
+    if base.benchmark == "inferencex" and base.mode == "agg":  # the recipes are single-node servers' scripts
         base = with_recipe(base, row.get("precision", ""))
     base = with_batch_limit(base)
     if base.mode == "disagg":
