@@ -39,7 +39,7 @@ from perfcast.perf.profiling import find_database  # noqa: E402
 DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb", "gb200", "b300-sxm", "gb300")
 BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us"), (500e-6, np.inf, ">=500us"))
 FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generation": "attention",
-          "mla.context": "attention", "mla.generation": "attention", "moe": "moe",
+          "mla.context": "attention", "mla.generation": "attention", "moe": "moe", "moe.trtllm_gen": "moe",
           "allreduce": "allreduce", "vector": "vector"}
 TARGETS = {"gemm": 0.08, "attention": 0.10}
 BAND_TARGET, TRANSFER_TARGET = 0.15, 0.12

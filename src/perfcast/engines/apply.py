@@ -58,7 +58,8 @@ def with_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], d
         if runs_on is not None and device.name not in runs_on:
             raise UserError(f"--engine-option {key}={match}: {profile.name}'s {opt.setting} {match} runs on "
                             f"{', '.join(runs_on)}, not {device.name}")
-        chosen[key] = opt.model_copy(update={"value": match})
+        if match != opt.value:
+            chosen[key] = opt.model_copy(update={"value": match, "default": opt.default or opt.value})
     return profile.model_copy(update={"options": chosen})
 
 

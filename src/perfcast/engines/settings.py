@@ -99,7 +99,8 @@ class SchedulerSection(_Strict):
 
 class EngineOption(_Strict):
     """A documented engine setting that changes which kernels run (TensorRT-LLM's
-    ``moe_config.backend``): ``value`` is the engine's default, ``choices`` the values perfcast
+    ``moe_config.backend``): ``value`` is the value in force (in a profile, the engine's default;
+    ``default`` keeps that where ``--engine-option`` set another), ``choices`` the values perfcast
     prices, ``setting`` the engine's own key. Rules with ``option: {name: value}`` apply only where
     the option has that value; ``devices`` (per choice) lists the devices a choice runs on."""
 
@@ -108,6 +109,7 @@ class EngineOption(_Strict):
     setting: Text
     devices: dict[Text, list[Text]] = Field(default_factory=dict)
     sources: Sources
+    default: Text | None = None  # the engine's value where --engine-option set another (not written in a profile)
 
     @model_validator(mode="after")
     def _known(self):

@@ -95,7 +95,6 @@ def step_notes(req: Request, low) -> list[str]:
 
 def engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[str]:
     """What the engine profile did to the captured step, and how its kernels are launched."""
-    from perfcast.engines import engine_names, get_engine
     from perfcast.ir import leaves
 
     notes = [f"engine {profile.name} ({profile.framework} {profile.version}): {profile.description}",
@@ -103,9 +102,8 @@ def engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[s
     if launch.host_source:
         notes.append(f"host launch interval: {launch.host_source}")
     for name, opt in profile.options.items():
-        default = get_engine(profile.name).options[name].value if profile.name in engine_names() else opt.value
         notes.append(f"engine option {name}: {opt.value} ({profile.framework} {opt.setting}; "
-                     + ("the engine's default" if opt.value == default else f"set by --engine-option; default {default}")
+                     + (f"set by --engine-option; default {opt.default}" if opt.default else "the engine's default")
                      + ")")
     if rotated:
         notes.append("each decoder layer ends with the next layer's input norm (fused with its residual add); "
