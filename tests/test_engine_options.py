@@ -196,3 +196,35 @@ def test_disaggregated_runs_keep_the_engines_defaults():
     c = silicon.map_row(row.to_dict("records")[0])
     assert c.mode == "disagg" and c.benchmark == "inferencex"
     assert (c.engine_options, c.kv_dtype, c.memory_fraction) == ((), None, None)
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+def test_optimize_applies_the_option_to_every_candidate_and_writes_it_out(tmp_path):
+    rc, out, err = run_cli("optimize", "qwen3-30b-a3b", "--devices", "b200-sxm", "--total-devices", "8", "--isl", "1024",
+                           "--osl", "64", "--quantize", "fp4", "--engine-option", "moe_backend=TRTLLM", "--batch-sizes",
+                           "8", "--instance-sizes", "8", "--save-dir", str(tmp_path), "--json", timeout_s=600)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["engine_options"] == {"moe_backend": "TRTLLM"} and doc["best"] is not None
+    first = sorted((tmp_path / "launch").iterdir())[0]
+    assert yaml.safe_load((first / "deployment.yaml").read_text())["engine_options"] == {"moe_backend": "TRTLLM"}
+    extra = yaml.safe_load((first / "extra-llm-api-config-serve.yml").read_text())
+    assert extra["moe_config"] == {"backend": "TRTLLM"}
+    rc, out, err = run_cli("serve", "--deployment", str(first / "deployment.yaml"), "--tier", "closed-form", "--json")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("command, argv, message", [
+    ("optimize", ["llama-3.1-8b", "--devices", "b200-sxm"],
+     "--engine-option moe_backend=TRTLLM: llama-3.1-8b has no routed experts"),
+    ("optimize", ["qwen3-30b-a3b", "--devices", "h200-sxm,b200-sxm"],
+     "--engine-option moe_backend=TRTLLM: trtllm's moe_config.backend TRTLLM runs on b200-sxm, b300-sxm, gb200, gb300, "
+     "not h200-sxm; drop it from --devices or drop the option"),
+    ("recommend", ["qwen3-30b-a3b", "--devices", "h100-sxm", "--concurrency", "8"],
+     "--engine-option moe_backend=TRTLLM: trtllm's moe_config.backend TRTLLM runs on b200-sxm, b300-sxm, gb200, gb300, "
+     "not h100-sxm; drop it from --devices or drop the option"),
+])
+def test_a_search_whose_option_cannot_apply_everywhere_is_one_line(command, argv, message):
+    rc, out, err = run_cli(command, *argv, "--engine-option", "moe_backend=TRTLLM")
+    assert (rc, out, err) == (2, "", f"perfcast {command}: error: {message}\n")

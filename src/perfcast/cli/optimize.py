@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, refuse, report_files, report_paths,
-                               sequences, written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, refuse, report_files,
+                               report_paths, sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -64,6 +64,9 @@ def search_flags(p, default_devices: str) -> None:
     p.add_argument("--tpot", type=Number(positive=True, maximum=1e6), default=0.03, metavar="S",
                    help="TPOT objective in seconds, on the mean (default 0.03)")
     p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
+    p.add_argument("--engine-option", action="append", metavar="NAME=VALUE",
+                   help="an engine option for every candidate, as text-generate's (e.g. moe_backend=TRTLLM for trtllm "
+                        "on Blackwell); written into the deployment files and launch configs")
     p.add_argument("--quantize", action="append", metavar="SCHEME|none",
                    help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
                         "repeat to search several (default: none)")
@@ -152,6 +155,7 @@ def run(args) -> int:
     spec = SearchSpec(args.model, _variants(_devices(args.devices), args.what_if), args.total_devices, args.isl,
                       args.osl,
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine,
+                      engine_options=engine_options(args.engine_option),
                       modes=("agg", "disagg") if args.serving_mode == "both" else (args.serving_mode,),
                       quantize=quantizations(args),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, sequences
+from perfcast.cli.args import Number, count, devices, engine_options, sequences
 from perfcast.cli.optimize import search_flags
 from perfcast.ir import UserError
 
@@ -49,6 +49,7 @@ def run(args) -> int:
     largest = powers_of_two(args.max_instance_size)[-1]
     spec = SearchSpec(args.model, _devices(args.devices), largest, args.isl, args.osl,
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine, quantize=quantizations(args),
+                      engine_options=engine_options(args.engine_option),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES,
                       sizes=tuple(powers_of_two(largest)), kv_dtype=args.kv_cache_dtype, seed=args.seed)
     from perfcast.cli.progress import progress

@@ -45,7 +45,7 @@ def to_json(result: SearchResult) -> dict:
     s = result.spec
     return {
         "command": "optimize", "model": s.model, "devices": list(s.devices), "total_devices": s.total_devices,
-        "engine": s.engine, "serving_modes": list(s.modes),
+        "engine": s.engine, "engine_options": dict(s.engine_options), "serving_modes": list(s.modes),
         "workload": {"input_length": s.isl, "output_length": s.osl, "load": "closed loop, every rank's batch full"},
         "slo": {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s},
         "space": {"batch_sizes": sorted(set(s.batches)), "quantize": [q or "none" for q in s.quantize],
@@ -92,8 +92,9 @@ def render(console: Console, result: SearchResult, doc: dict) -> None:
     """The tables of ``result``; ``doc`` is its :func:`to_json` document (already checked)."""
     s = result.spec
     slo = ", ".join(f"{k} ≤ {v * 1e3:g} ms" for k, v in (("TTFT", s.slo.ttft_s), ("TPOT", s.slo.tpot_s)) if v)
+    opts = "".join(f"; engine option {k}={v}" for k, v in s.engine_options)
     console.print(f"[bold]perfcast optimize[/bold] {s.model} on {s.total_devices} × {{{', '.join(s.devices)}}}, "
-                  f"isl {s.isl}, osl {s.osl}; SLOs: {slo or 'none'}")
+                  f"isl {s.isl}, osl {s.osl}; SLOs: {slo or 'none'}{opts}")
     if result.best is None:
         console.print("[bold red]no deployment meets the SLOs[/bold red] (confirmed by simulation)")
     else:
@@ -218,6 +219,7 @@ def recommend_json(r) -> dict:
     """The ``recommend`` document (schema ``recommend.schema.json``)."""
     s = r.spec
     return {"command": "recommend", "model": s.model, "devices": list(s.devices), "engine": s.engine,
+            "engine_options": dict(s.engine_options),
             "target": {"requests_per_s": r.target.rate, "concurrency": r.target.concurrency},
             "workload": {"input_length": s.isl, "output_length": s.osl},
             "slo": {"ttft_s": s.slo.ttft_s, "tpot_s": s.slo.tpot_s}, "objective": r.objective,

@@ -20,7 +20,8 @@ Only flags the engines document, each with its source:
   ``--backend pytorch``, ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``,
   ``--max_num_tokens``, ``--max_seq_len``, ``--kv_cache_free_gpu_memory_fraction``,
   ``--extra_llm_api_options FILE`` (LLM API keys ``enable_attention_dp``,
-  ``enable_chunked_prefill``, ``kv_cache_config.dtype``, ``cuda_graph_config``,
+  ``enable_chunked_prefill``, ``kv_cache_config.dtype``, ``cuda_graph_config``, ``moe_config.backend``
+  (``--engine-option moe_backend``: tensorrt_llm/llmapi/llm_args.py MoeConfig),
   ``cache_transceiver_config`` for disaggregated serving:
   https://nvidia.github.io/TensorRT-LLM/advanced/disaggregated-service.html). Its attention data
   parallelism runs attention with one rank per request batch (TP 1 inside attention); the
@@ -55,6 +56,8 @@ def deployment_yaml(spec: SearchSpec, p: Point) -> dict:
            "workload": {"isl": spec.isl, "osl": spec.osl}}
     if what_if:
         doc["what_if"] = dict(what_if)
+    if spec.engine_options:
+        doc["engine_options"] = dict(spec.engine_options)
     if c.mode == "agg":
         doc["workload"]["concurrency"] = c.concurrency
     else:
@@ -195,4 +198,7 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
         extra += ["cuda_graph_config:", f"  max_batch_size: {batch}", "  enable_padding: true"]
     if role:
         extra += ["cache_transceiver_config:", "  backend: DEFAULT"]
+    moe = dict(spec.engine_options).get("moe_backend")
+    if moe:
+        extra += ["moe_config:", f"  backend: {moe.upper()}"]
     return argv, ("\n".join(extra) + "\n") if extra else None

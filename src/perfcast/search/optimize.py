@@ -61,6 +61,7 @@ class SearchSpec:
     osl: int
     slo: SLO
     engine: str | None = None
+    engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option, for every candidate
     modes: tuple[str, ...] = ("agg",)
     quantize: tuple[str | None, ...] = (None,)
     batches: tuple[int, ...] = BATCHES
@@ -87,6 +88,26 @@ class SearchSpec:
                             f"between them)")
         if not self.batches or min(self.batches) < 1:
             raise UserError("--batch-sizes: give positive batch limits")
+        if self.engine_options:
+            _check_options(self)
+
+
+def _check_options(spec: SearchSpec) -> None:
+    """``--engine-option`` that cannot apply to every candidate is one line: a MoE backend for a
+    model without routed experts, or a value one of the searched devices does not run."""
+    from perfcast.capture.parallel import experts_of
+    from perfcast.engines import resolve
+    from perfcast.hardware import get_device
+    from perfcast.models import load_model_config
+
+    named = dict(spec.engine_options)
+    if "moe_backend" in named and not experts_of(load_model_config(spec.model).data):
+        raise UserError(f"--engine-option moe_backend={named['moe_backend']}: {spec.model} has no routed experts")
+    for d in spec.devices:
+        try:
+            resolve(spec.engine, get_device(parse_variant(d)[0]), spec.engine_options)
+        except UserError as e:
+            raise UserError(f"{e}; drop it from --devices or drop the option") from None
 
 
 @dataclass
@@ -156,7 +177,7 @@ def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Lay
     """``device`` may be a what-if variant (:func:`perfcast.search.space.variant`)."""
     name, what_if = parse_variant(device)
     return Deployment(spec.model, name, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
-                      performance_model=spec.performance_model, what_if=what_if)
+                      performance_model=spec.performance_model, what_if=what_if, engine_options=spec.engine_options)
 
 
 def _chunked(spec: SearchSpec, dep: Deployment) -> bool | None:
