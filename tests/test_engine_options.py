@@ -224,6 +224,9 @@ def test_optimize_applies_the_option_to_every_candidate_and_writes_it_out(tmp_pa
     ("recommend", ["qwen3-30b-a3b", "--devices", "h100-sxm", "--concurrency", "8"],
      "--engine-option moe_backend=TRTLLM: trtllm's moe_config.backend TRTLLM runs on b200-sxm, b300-sxm, gb200, gb300, "
      "not h100-sxm; drop it from --devices or drop the option"),
+    ("sensitivity", ["qwen3-30b-a3b", "--device", "h200-sxm", "--concurrency", "8"],
+     "--engine-option moe_backend=TRTLLM: trtllm's moe_config.backend TRTLLM runs on b200-sxm, b300-sxm, gb200, gb300, "
+     "not h200-sxm"),
 ])
 def test_a_search_whose_option_cannot_apply_everywhere_is_one_line(command, argv, message):
     rc, out, err = run_cli(command, *argv, "--engine-option", "moe_backend=TRTLLM")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, sequences
+from perfcast.cli.args import Number, count, devices, engine_options, sequences
 
 ENGINES = ("trtllm", "vllm", "sglang")
 
@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="catalog name (see `perfcast models`) or a path to a config.json")
     p.add_argument("--device", default="h100-sxm", help="device name (default h100-sxm)")
     p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's)")
+    p.add_argument("--engine-option", action="append", metavar="NAME=VALUE",
+                   help="as text-generate's --engine-option (e.g. moe_backend=TRTLLM for trtllm on Blackwell)")
     p.add_argument("--tp-size", type=devices(), default=1, help="tensor parallelism")
     p.add_argument("--ep-size", type=devices(), default=1, help="expert parallelism")
     p.add_argument("--quantize", metavar="SCHEME", help="as text-generate's --quantize")
@@ -52,7 +54,8 @@ def run(args) -> int:
     refuse(args, ("--tpot", bool(args.solve), "is the objective of --solve"),
            ("--ttft", bool(args.solve), "is the objective of --solve"))
     dep = Deployment(args.model, args.device, args.engine, Layout(tp=args.tp_size, ep=args.ep_size),
-                     quantize=args.quantize, kv_dtype=args.kv_cache_dtype)
+                     quantize=args.quantize, kv_dtype=args.kv_cache_dtype,
+                     engine_options=engine_options(args.engine_option))
     result = sensitivity(SensitivitySpec(dep, args.isl, args.osl, args.concurrency, args.request_rate,
                                          args.max_batch_size, args.solve, args.ttft, args.tpot, args.seed))
     doc = report.sensitivity_json(result)
