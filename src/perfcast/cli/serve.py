@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, given, refuse, report_files,
-                               report_paths, sequences, written)
+from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, given, refuse,
+                               report_files, report_paths, sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -181,9 +181,10 @@ def _disagg(args, layout):
 
 
 #: Flags a deployment file sets (refused beside --deployment).
-DEPLOYMENT_FLAGS = ("--device", "--engine", "--engine-option", "--dtype", "--quantize", "--kv-cache-dtype", "--tp-size", "--ep-size",
-                    "--dp-size", "--pp-size", "--attention-dp", "--max-batch-size", "--max-num-tokens",
-                    "--chunked-prefill", "--no-chunked-prefill", "--disagg", "--prefill-tp-size", "--prefill-ep-size")
+DEPLOYMENT_FLAGS = ("--device", "--engine", "--engine-option", "--dtype", "--quantize", "--kv-cache-dtype",
+                    "--tp-size", "--ep-size", "--dp-size", "--pp-size", "--attention-dp", "--max-batch-size",
+                    "--max-num-tokens", "--chunked-prefill", "--no-chunked-prefill", "--disagg", "--prefill-tp-size",
+                    "--prefill-ep-size")
 
 
 def _from_deployment(args) -> None:

@@ -63,10 +63,12 @@ def with_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], d
     return profile.model_copy(update={"options": chosen})
 
 
-def check_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], model, quantization) -> None:
+def check_options(options: tuple[tuple[str, str], ...], model, profile: EngineProfile | None = None,
+                  quantization=None) -> None:
     """Options that cannot apply to ``model``: a MoE backend for a model without routed experts,
-    or TensorRT-LLM's TRTLLM backend for experts in the model dtype (TRTLLMGenFusedMoE serves
-    block-FP8, NVFP4 and MXFP4 experts only)."""
+    or (given the resolved ``profile`` and the step's ``quantization``) TensorRT-LLM's TRTLLM
+    backend for experts in the model dtype (TRTLLMGenFusedMoE serves block-FP8, NVFP4 and MXFP4
+    experts only)."""
     from perfcast.capture.parallel import experts_of
 
     named = dict(options)
@@ -74,7 +76,8 @@ def check_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], 
         return
     if not experts_of(model.data):
         raise UserError(f"--engine-option moe_backend={named['moe_backend']}: {model.name} has no routed experts")
-    if profile.options["moe_backend"].value == "TRTLLM" and quantization.scheme("mlp.experts", "experts") is None:
+    if quantization is not None and profile.options["moe_backend"].value == "TRTLLM" \
+            and quantization.scheme("mlp.experts", "experts") is None:
         raise UserError(f"--engine-option moe_backend=TRTLLM: TensorRT-LLM's TRTLLM MoE backend serves block-FP8, "
                         f"NVFP4 or MXFP4 experts, and {model.name}'s experts are unquantized here (pass --quantize)")
 

@@ -57,10 +57,15 @@ def _entries() -> tuple[dict, ...]:
                 checked_number(bw.get(key), f"{where}: batch_wait.{key}", integer=True, minimum=0)
             checked_number(bw.get("max_tokens_ratio"), f"{where}: batch_wait.max_tokens_ratio", minimum=0, maximum=1)
         mb = e.get("moe_backend")
-        if mb is not None and (not isinstance(mb, dict) or set(mb) - {"without_attention_dp", "with_attention_dp"}
-                               or not all(v in ("CUTLASS", "TRTLLM") for v in mb.values())):
-            raise UserError(f"{where}: moe_backend: expected without_attention_dp / with_attention_dp, each CUTLASS "
-                            f"or TRTLLM")
+        if mb is not None:
+            from perfcast.engines import get_engine
+
+            option = get_engine(e["backend"]).options.get("moe_backend")
+            choices = option.choices if option is not None else []
+            if not isinstance(mb, dict) or set(mb) - {"without_attention_dp", "with_attention_dp"} \
+                    or not all(v in choices for v in mb.values()):
+                raise UserError(f"{where}: moe_backend: expected without_attention_dp / with_attention_dp, each one "
+                                f"of engine {e['backend']}'s moe_backend values ({', '.join(choices) or 'none'})")
     return tuple(entries)
 
 

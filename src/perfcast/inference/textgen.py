@@ -83,7 +83,7 @@ class Request:
         par.check(self.layout, self.model.data, self.model.name, self.num_devices, self.num_queries)
         profile = self.profile()
         quant = quantization.resolve(self)  # a bad --quantize or quantization_config is one line
-        engines.check_options(profile, self.engine_options, self.model, quant.quantization)
+        engines.check_options(self.engine_options, self.model, profile, quant.quantization)
         # a quantized linear runs natively or weight-only in the model dtype (capture/quant.py)
         if self.dtype not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {self.dtype} matrix rate "

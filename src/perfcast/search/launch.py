@@ -200,5 +200,5 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
         extra += ["cache_transceiver_config:", "  backend: DEFAULT"]
     moe = dict(spec.engine_options).get("moe_backend")
     if moe:
-        extra += ["moe_config:", f"  backend: {moe.upper()}"]
+        extra += ["moe_config:", f"  backend: {moe}"]
     return argv, ("\n".join(extra) + "\n") if extra else None

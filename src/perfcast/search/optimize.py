@@ -89,25 +89,24 @@ class SearchSpec:
         if not self.batches or min(self.batches) < 1:
             raise UserError("--batch-sizes: give positive batch limits")
         if self.engine_options:
-            _check_options(self)
+            object.__setattr__(self, "engine_options", _checked_options(self))
 
 
-def _check_options(spec: SearchSpec) -> None:
-    """``--engine-option`` that cannot apply to every candidate is one line: a MoE backend for a
+def _checked_options(spec: SearchSpec) -> tuple[tuple[str, str], ...]:
+    """``--engine-option`` as the engine names its values (what the deployment files and launch
+    configs write); one that cannot apply to every candidate is one line: a MoE backend for a
     model without routed experts, or a value one of the searched devices does not run."""
-    from perfcast.capture.parallel import experts_of
-    from perfcast.engines import resolve
+    from perfcast.engines import check_options, resolve
     from perfcast.hardware import get_device
     from perfcast.models import load_model_config
 
-    named = dict(spec.engine_options)
-    if "moe_backend" in named and not experts_of(load_model_config(spec.model).data):
-        raise UserError(f"--engine-option moe_backend={named['moe_backend']}: {spec.model} has no routed experts")
+    check_options(spec.engine_options, load_model_config(spec.model))
     for d in spec.devices:
         try:
-            resolve(spec.engine, get_device(parse_variant(d)[0]), spec.engine_options)
+            profile = resolve(spec.engine, get_device(parse_variant(d)[0]), spec.engine_options)
         except UserError as e:
             raise UserError(f"{e}; drop it from --devices or drop the option") from None
+    return tuple((k, profile.options[k].value) for k, _ in spec.engine_options)
 
 
 @dataclass
