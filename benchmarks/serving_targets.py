@@ -4,7 +4,8 @@ Every aggregated row of the two named populations of aiconfigurator-core 0.12.0'
 ``silicon_sample.csv`` (validation only: nothing is fitted to it) is replayed by the event
 simulation at its concurrency and layout with its benchmark client's workload
 (:mod:`perfcast.serving.replay`); the mean TPOT and TTFT are compared with the measured ones.
-Baseline, same run: the same replay with the datasheet roofline's step. For reference, the issue
+Baseline, same run: the same replay with the datasheet roofline's step. Beside each figure, the
+closed form's at the same deployment and load (the tier ``perfcast optimize`` screens with). For reference, the issue
 quotes aiconfigurator's figures on the same populations: Llama-3.1-8B / H100 / TRT-LLM TPOT 6.9 %,
 TTFT 61 %; stratified TPOT 24 %, TTFT 50 % (median |error|).
 
@@ -29,6 +30,8 @@ TARGETS = {"llama-3.1-8b-h100-trtllm": {"serving": 0.05, "ttft-serving": 0.15},
 AICONFIGURATOR = {"llama-3.1-8b-h100-trtllm": {"serving": 0.069, "ttft-serving": 0.61},
                   "stratified": {"serving": 0.24, "ttft-serving": 0.50}}
 LABEL = {"serving": "TPOT", "ttft-serving": "TTFT"}
+#: The closed form's figures beside the simulation's (the tier ``perfcast optimize`` screens with).
+CLOSED_FORM = {"serving": "closed-form", "ttft-serving": "ttft-closed-form"}
 
 
 def _cell(s: dict | None) -> str:
@@ -54,6 +57,9 @@ def main(argv=None) -> int:
             print(f"  {LABEL[metric]}: perfcast n={ours['n'] if ours else 0} {_cell(ours)}   roofline {_cell(base)}   "
                   f"aiconfigurator {AICONFIGURATOR[key][metric] * 100:.1f} %   target ≤ {bound * 100:.0f} % "
                   f"{'met' if met else 'NOT met'}")
+            cf, cf_base = (pop["models"][m].get(CLOSED_FORM[metric]) for m in ("analytic", "roofline"))
+            print(f"  {LABEL[metric]}, closed form: perfcast n={cf['n'] if cf else 0} {_cell(cf)}   "
+                  f"roofline {_cell(cf_base)}")
         for d in doc["decisions"]["populations"]:
             for model, st in d["models"].items():
                 if st is None:

@@ -72,6 +72,36 @@ def test_every_aggregated_row_gets_a_serving_tpot_and_ttft(doc):
     assert pop["serving"]["n"] == pop["ttft-serving"]["n"] > 0
 
 
+def test_every_aggregated_row_gets_the_closed_forms_figures_too(doc):
+    """Beside the simulation, each aggregated row carries the closed form's mean TPOT and TTFT — the
+    same figures ``perfcast serve --tier closed-form`` prints for the row's deployment and load."""
+    from perfcast.serving.replay import _max_batch, deployment_of
+    from perfcast.serving.serve import ServeSpec, serve
+
+    preds = [p for p in doc["predictions"]["analytic"] if p.reason is None]
+    assert preds and all("closed-form" in p.tpot_ms and p.ttft_closed_form_ms > 0 and p.closed_form_reason is None
+                         for p in preds)
+    pop = doc["populations"][0]["models"]["analytic"]
+    assert pop["closed-form"]["n"] == pop["ttft-closed-form"]["n"] == pop["serving"]["n"]
+    p = preds[0]
+    c = p.case
+    r = serve(ServeSpec(deployment_of(c), workload_of(c), max_batch_size=_max_batch(c), max_num_tokens=c.max_num_tokens,
+                        tier="closed-form", batch_wait=c.batch_wait, memory_fraction=c.memory_fraction))
+    cf = r.results["closed form"]
+    assert p.tpot_ms["closed-form"] == pytest.approx(cf.tpot_s.mean * 1e3, rel=1e-12)
+    assert p.ttft_closed_form_ms == pytest.approx(cf.ttft_s.mean * 1e3, rel=1e-12)
+    # the two tiers are different models of the same run: here (fixed lengths, every client starting
+    # together) the simulation's requests stay in step, the closed form's are spread evenly
+    assert p.ttft_serving_ms != p.ttft_closed_form_ms
+
+
+def test_a_disaggregated_row_gets_no_closed_form_and_says_why(cases):
+    dis = next(c for c in cases.values() if c.mode == "disagg" and c.predictable and c.decode_workers
+               and c.prefill_layout is not None and c.concurrency)
+    r = replay(dis)
+    assert r.closed_form_tpot_ms is None and "takes a request rate" in r.closed_form_reason
+
+
 def test_the_documents_follow_their_schemas(doc, tmp_path):
     Draft202012Validator(json.loads(schema_text("validate"))).validate(json.loads(json.dumps(
         report.to_json(doc), default=str)) | {"schema_version": 1, "perfcast_version": "x"})
@@ -80,6 +110,7 @@ def test_the_documents_follow_their_schemas(doc, tmp_path):
     body = json.loads(rows.read_text())
     Draft202012Validator(json.loads(schema_text("validate-rows"))).validate(body)
     assert any(r.get("analytic serving tpot_ms") for r in body["rows"])
+    assert any(r.get("analytic closed-form tpot_ms") and r.get("analytic closed-form ttft_ms") for r in body["rows"])
     # every replayed row names the client it was replayed with (these are gap-analysis rows)
     assert {r["serving_client"] for r in body["rows"] if r["mode"] == "agg"} == {ASSUMED_CLIENT}
 

@@ -11,7 +11,7 @@ import pytest
 from perfcast.capture.parallel import Layout
 from perfcast.inference import published, silicon
 from perfcast.inference.steps import Group, Prices, StepTime, _closed_form, _simulate, price
-from perfcast.inference.validation import (MAPPINGS, Prediction, ValidationRequest, ci_subset, command,
+from perfcast.inference.validation import (MAPPINGS, SERVING_TTFT, Prediction, ValidationRequest, ci_subset, command,
                                            predict, select, summarize, tpot_decode_step, tpot_static,
                                            tpot_steady_state)
 from perfcast.inference.validation_stats import Population, by_key, stats, stratified
@@ -528,7 +528,7 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     assert doc["rows"]["selected"] == expected
     assert doc["rows"]["mappable"] > 0 and sum(doc["refused"].values()) == expected - doc["rows"]["mappable"]
     assert doc["baseline"] == "roofline" and doc["performance_models"] == ["analytic"]
-    assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "ttft", "static", "assumptions"]  # the output says which
+    assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "closed-form", "ttft", "static", "assumptions"]  # the output says which
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
     assert set(named) == {"selected", "stated-batch", "assumed-decode-batch", "llama-3.1-8b-h100-trtllm", "stratified",
                           "published", "published-static"}
@@ -541,8 +541,8 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
             assert entry["predicted"] > 0
             for mapping in MAPPINGS:
                 s = entry[mapping]
-                if mapping == "serving":  # only with --serving (tests/test_serving_validation.py)
-                    assert s is None and entry["ttft-serving"] is None
+                if mapping in SERVING_TTFT:  # only with --serving (tests/test_serving_validation.py)
+                    assert s is None and entry[SERVING_TTFT[mapping]] is None
                     continue
                 assert s["n"] == entry["predicted"]
                 assert all(math.isfinite(s[k]) for k in ("median_abs", "p90_abs", "signed_median"))

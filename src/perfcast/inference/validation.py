@@ -28,7 +28,9 @@ from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
 from perfcast.ir import UserError
 
-MAPPINGS = ("decode-step", "steady-state", "serving")
+MAPPINGS = ("decode-step", "steady-state", "serving", "closed-form")
+#: The TTFT statistic beside each serving mapping.
+SERVING_TTFT = {"serving": "ttft-serving", "closed-form": "ttft-closed-form"}
 #: What each figure of the report is, as the report and the JSON state it.
 MAPPING_TEXT = {
     "decode-step": "one decode step of the whole batch (batch_size × attention_dp sequences) at context "
@@ -39,6 +41,9 @@ MAPPING_TEXT = {
                "cache, its benchmark client's closed loop at the row's concurrency (InferenceX rows: lengths uniform "
                "in [0.8·L, L], 10 × concurrency requests); the mean TPOT and TTFT over the requests "
                "(perfcast.serving.replay)",
+    "closed-form": "with --serving: the same deployment and load priced by the serving closed form (mean field: "
+                   "continuous batching in steady state, the tier `perfcast optimize` screens with) — the mean TPOT "
+                   "and TTFT it gives; aggregated rows only (the disaggregated closed form takes a request rate)",
     "ttft": "secondary, aggregated rows: one prefill of isl tokens (no queueing); static rows: the prefill of the "
             "whole batch (the first-token tables: batch 1)",
     "static": "static batch (mode static): steady-state = (one prefill of the batch + (osl − 1) decode steps at "
@@ -82,6 +87,8 @@ class Prediction:
     unpriced: int = 0
     ttft_serving_ms: float | None = None
     serving_reason: str | None = None  # why the serving replay gave no figure (validate --serving)
+    ttft_closed_form_ms: float | None = None
+    closed_form_reason: str | None = None  # why the replay's closed form gave no figure
 
     def error(self, mapping: str) -> float | None:
         """Signed relative error of TPOT, (predicted − measured) / measured."""
@@ -133,6 +140,16 @@ def _missing(t: StepTime | None, what: str) -> str | None:
     return t.reason if t.seconds is None else None
 
 
+def serving_ttft_ms(p: Prediction, mapping: str) -> float | None:
+    """The TTFT (ms) a serving mapping (``serving``: the event simulation, ``closed-form``) predicts."""
+    return p.ttft_serving_ms if mapping == "serving" else p.ttft_closed_form_ms
+
+
+def _ttft_stats(preds: list[Prediction], mapping: str):
+    return stats(serving_ttft_ms(p, mapping) / p.case.ttft_ms - 1 for p in preds
+                 if serving_ttft_ms(p, mapping) is not None and math.isfinite(p.case.ttft_ms))
+
+
 def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Prediction]],
               split: bool = False) -> dict:
     """Rows, coverage by reason, and per model and mapping the error statistics (with the
@@ -154,9 +171,9 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
             entry["median_measured_share_decode"] = float(np.median(shares))
         s = stats(p.ttft_ms / p.case.ttft_ms - 1 for p in ok if p.ttft_ms is not None and math.isfinite(p.case.ttft_ms))
         entry["ttft"] = s.as_dict() if s else None
-        s = stats(p.ttft_serving_ms / p.case.ttft_ms - 1 for p in ok
-                  if p.ttft_serving_ms is not None and math.isfinite(p.case.ttft_ms))
-        entry["ttft-serving"] = s.as_dict() if s else None
+        for mapping, key in SERVING_TTFT.items():
+            s = _ttft_stats(ok, mapping)
+            entry[key] = s.as_dict() if s else None
         for mapping in MAPPINGS:
             s = stats(p.error(mapping) for p in ok)
             entry[mapping] = s.as_dict() if s else None
@@ -165,10 +182,9 @@ def summarize(pop: Population, cases: list[Case], predictions: dict[str, list[Pr
                                     (f"concurrency>{LOW_CONCURRENCY}", lambda c: c.concurrency > LOW_CONCURRENCY)):
                     s = stats(p.error(mapping) for p in ok if keep(p.case))
                     entry[f"{mapping} {label}"] = s.as_dict() if s else None
-                    if mapping == "serving":
-                        s = stats(p.ttft_serving_ms / p.case.ttft_ms - 1 for p in ok if keep(p.case)
-                                  and p.ttft_serving_ms is not None and math.isfinite(p.case.ttft_ms))
-                        entry[f"ttft-serving {label}"] = s.as_dict() if s else None
+                    if mapping in SERVING_TTFT:
+                        s = _ttft_stats([p for p in ok if keep(p.case)], mapping)
+                        entry[f"{SERVING_TTFT[mapping]} {label}"] = s.as_dict() if s else None
         out["models"][m] = entry
     return out
 

@@ -26,7 +26,8 @@ def _pairs(doc: dict) -> dict[str, dict[str, list[tuple[float, float]]]]:
         for p in preds:
             c = p.case
             rows = [(f"TPOT, {m}", c.tpot_ms, p.tpot_ms.get(m)) for m in MAPPINGS]
-            rows += [("TTFT, one prefill", c.ttft_ms, p.ttft_ms), ("TTFT, serving", c.ttft_ms, p.ttft_serving_ms)]
+            rows += [("TTFT, one prefill", c.ttft_ms, p.ttft_ms), ("TTFT, serving", c.ttft_ms, p.ttft_serving_ms),
+                     ("TTFT, closed-form", c.ttft_ms, p.ttft_closed_form_ms)]
             for panel, measured, predicted in rows:
                 if predicted is not None and math.isfinite(measured) and measured > 0 and predicted > 0:
                     out.setdefault(panel, {}).setdefault(model, []).append((measured, predicted))
@@ -39,7 +40,8 @@ def predicted_vs_measured(doc: dict):
     (ms, log-log), one series per performance model and the baseline, the line of no error and
     the ±10 % and ±25 % bands."""
     pairs = _pairs(doc)
-    panels = [k for k in (*(f"TPOT, {m}" for m in MAPPINGS), "TTFT, one prefill", "TTFT, serving") if k in pairs]
+    panels = [k for k in (*(f"TPOT, {m}" for m in MAPPINGS), "TTFT, one prefill", "TTFT, serving",
+                          "TTFT, closed-form") if k in pairs]
     cols = min(len(panels), 2)
     rows = -(-len(panels) // cols)
     fig, axes = figure(rows, cols)

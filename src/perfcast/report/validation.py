@@ -103,10 +103,11 @@ def render(console: Console, doc: dict, top_reasons: int = 12) -> None:
                 not_priced[(m, reason)] = max(not_priced.get((m, reason), 0), n)
     for (m, reason), n in sorted(not_priced.items(), key=lambda kv: -kv[1])[:top_reasons]:
         console.print(f"[yellow]{m}: not priced[/] ({n:,} rows in one population): {reason}", highlight=False)
-    replayed = Counter((m, p.serving_reason) for m, preds in doc.get("predictions", {}).items() for p in preds
-                       if p.serving_reason)
-    for (m, reason), n in replayed.most_common(top_reasons):
-        console.print(f"[yellow]{m}: no serving figure[/] ({n:,} rows): {reason}", highlight=False)
+    for what, attr in (("serving", "serving_reason"), ("closed-form", "closed_form_reason")):
+        replayed = Counter((m, getattr(p, attr)) for m, preds in doc.get("predictions", {}).items() for p in preds
+                           if getattr(p, attr) and (attr == "serving_reason" or getattr(p, attr) != p.serving_reason))
+        for (m, reason), n in replayed.most_common(top_reasons):
+            console.print(f"[yellow]{m}: no {what} figure[/] ({n:,} rows): {reason}", highlight=False)
     for p in doc["populations"][:1]:
         for m, e in p["models"].items():
             if e["unpriced_op_rows"]:
@@ -182,9 +183,11 @@ def row_records(doc: dict) -> list[dict]:
                 rec[f"{m} {mapping} tpot_ms"] = p.tpot_ms.get(mapping)
             rec[f"{m} ttft_ms"] = p.ttft_ms
             rec[f"{m} serving ttft_ms"] = p.ttft_serving_ms
+            rec[f"{m} closed-form ttft_ms"] = p.ttft_closed_form_ms
             rec[f"{m} not priced"] = p.reason or ""
             if serving:
                 rec[f"{m} serving not priced"] = p.serving_reason or ""
+                rec[f"{m} closed-form not priced"] = p.closed_form_reason or ""
         out.append(rec)
     return out
 

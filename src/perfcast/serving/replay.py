@@ -1,5 +1,6 @@
 """A measured serving run replayed through ``perfcast serve``: its deployment, its benchmark
-client's workload, the TTFT and TPOT the simulation predicts.
+client's workload, the TTFT and TPOT the event simulation predicts — and the closed form's at the
+same deployment and load, the tier ``perfcast optimize`` screens with.
 
 The workload is the client's, as far as the row says who measured it
 (:func:`perfcast.inference.silicon.benchmark_of`):
@@ -49,11 +50,16 @@ def client_of(case: Case) -> str:
 
 @dataclass(frozen=True)
 class Replay:
-    """One row's serving prediction (ms), or why there is none."""
+    """One row's serving prediction (ms) by the event simulation, or why there is none; and the
+    closed form's (the tier the deployment search screens with) at the same deployment and load,
+    or why it has none."""
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     reason: str | None = None
+    closed_form_ttft_ms: float | None = None
+    closed_form_tpot_ms: float | None = None
+    closed_form_reason: str | None = None
 
 
 def workload_of(case: Case, seed: int = 0) -> Workload:
@@ -84,31 +90,44 @@ def _max_batch(case: Case) -> int:
     return min(default, case.concurrency) if default else case.concurrency
 
 
+def _refused(reason: str) -> Replay:
+    """A row neither tier can replay."""
+    return Replay(reason=reason, closed_form_reason=reason)
+
+
 def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Replay:
-    """The aggregated row ``case`` served by the event simulation."""
+    """The row ``case`` served by the event simulation and by the closed form."""
     if not case.predictable:
-        return Replay(reason=case.reason)
+        return _refused(case.reason)
     if case.mode not in ("agg", "disagg"):
-        return Replay(reason=f"{case.mode}: the serving replay takes aggregated and disaggregated rows")
+        return _refused(f"{case.mode}: the serving replay takes aggregated and disaggregated rows")
     if not case.concurrency:
-        return Replay(reason="no concurrency stated: the client's load is unknown")
+        return _refused("no concurrency stated: the client's load is unknown")
     disagg = None
     if case.mode == "disagg":
         if case.prefill_layout is None or not case.prefill_workers or not case.decode_workers:
-            return Replay(reason="disagg: the prefill layout or the worker counts are not stated")
+            return _refused("disagg: the prefill layout or the worker counts are not stated")
         if ONE_DECODE_WORKER in case.approximate:
-            return Replay(reason="disagg: the decode batch is not stated")
+            return _refused("disagg: the decode batch is not stated")
         disagg = Disagg(replace(deployment_of(case, performance_model), layout=case.prefill_layout),
                         case.prefill_workers, case.decode_workers)
     workload = workload_of(case, seed)
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
                               max_batch_size=_max_batch(case),
-                              max_num_tokens=case.max_num_tokens, tier="simulation",
+                              max_num_tokens=case.max_num_tokens, tier="both",
                               disagg=disagg, batch_wait=case.batch_wait, memory_fraction=case.memory_fraction))
     except (UserError, SpecError) as e:
-        return Replay(reason=f"refused by perfcast serve: {e}")
-    r = rep.results["simulation"]
+        return _refused(f"refused by perfcast serve: {e}")
+    cf = ((None, None, "disagg: the disaggregated closed form takes a request rate; the row's client is a closed "
+                       "loop") if disagg is not None else _means(rep.results.get("closed form"), "the closed form"))
+    return Replay(*_means(rep.results["simulation"], "the simulation"), *cf)
+
+
+def _means(r, tier: str) -> tuple[float | None, float | None, str | None]:
+    """A tier's mean TTFT and TPOT (ms), or why it has none."""
+    if r is None:
+        return None, None, f"{tier} did not run"
     if r.ttft_s is None or r.tpot_s is None:
-        return Replay(reason="the simulation found the load unstable")
-    return Replay(r.ttft_s.mean * 1e3, r.tpot_s.mean * 1e3)
+        return None, None, f"{tier} found the load unstable"
+    return r.ttft_s.mean * 1e3, r.tpot_s.mean * 1e3, None

@@ -1,8 +1,9 @@
 """``perfcast validate --serving``: every predictable aggregated row replayed by ``perfcast serve``
-(:mod:`perfcast.serving.replay`), its mean TPOT as the mapping ``serving`` and its mean TTFT as
-``ttft-serving`` — for the analytic step model and, as the same-run baseline, the datasheet
-roofline's. Nothing here is fitted to the rows: the replay takes the deployment, the engine's
-documented defaults and the benchmark client's workload, and reports what the simulation gives.
+(:mod:`perfcast.serving.replay`), the event simulation's mean TPOT as the mapping ``serving`` and
+its mean TTFT as ``ttft-serving``, the closed form's as ``closed-form`` and ``ttft-closed-form`` —
+for the analytic step model and, as the same-run baseline, the datasheet roofline's. Nothing here
+is fitted to the rows: the replay takes the deployment, the engine's documented defaults and the
+benchmark client's workload, and reports what each tier gives.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
         mine = []
         for i, p in enumerate(preds):
             r = replayed.get((model, i))
-            if r is not None and r.reason is None:
-                p = replace(p, tpot_ms={**p.tpot_ms, "serving": r.tpot_ms}, ttft_serving_ms=r.ttft_ms)
-            elif r is not None:
-                p = replace(p, serving_reason=r.reason)
+            if r is not None:
+                tpot = {**p.tpot_ms, **({"serving": r.tpot_ms} if r.reason is None else {}),
+                        **({"closed-form": r.closed_form_tpot_ms} if r.closed_form_reason is None else {})}
+                p = replace(p, tpot_ms=tpot, ttft_serving_ms=r.ttft_ms, serving_reason=r.reason,
+                            ttft_closed_form_ms=r.closed_form_ttft_ms, closed_form_reason=r.closed_form_reason)
             mine.append(p)
         out[model] = mine
     return out
