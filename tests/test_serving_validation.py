@@ -136,7 +136,36 @@ def test_the_decisions_are_reported_per_named_population(doc):
     assert d["group_keys"] == ["model_path", "system", "backend", "isl", "osl"]
     assert {p["key"] for p in d["populations"]} <= {"llama-3.1-8b-h100-trtllm", "stratified"}
     for p in d["populations"]:
-        assert set(p["models"]) == {"analytic", "roofline", "load only"}
+        assert set(p["models"]) == {"analytic", "roofline", "analytic closed form", "roofline closed form",
+                                    "load only"}
+
+
+def test_each_tier_ranks_the_same_rows_by_its_own_figures(cases):
+    """The closed form's ranking (``<model> closed form``) takes its own TTFT and TPOT, over the
+    rows both tiers replayed: a row without a closed-form figure leaves every ranking."""
+    from perfcast.inference.validation import Prediction
+    from perfcast.inference.validation_stats import Population
+    from perfcast.serving.validation import decisions
+
+    key = lambda c: (c.model_path, c.system, c.backend, c.isl, c.osl)  # noqa: E731
+    llama = [c for c in cases.values() if c.predictable and c.mode == "agg" and c.family == "llama-3.1-8b"
+             and c.backend == "trtllm" and c.system == "h100_sxm"]
+    group = [c for c in llama if key(c) == key(llama[0])][:4]
+    assert len(group) == 4
+    fast, slow = (5.0, 50.0), (50.0, 500.0)   # (TPOT, TTFT) ms
+    preds = []
+    for i, c in enumerate(group):   # the simulation ranks row 0 best, the closed form row 1
+        sim, cf = (fast if i == 0 else slow), (fast if i == 1 else slow)
+        preds.append(Prediction(c, "analytic", {"serving": sim[0], **({"closed-form": cf[0]} if i < 3 else {})},
+                                ttft_serving_ms=sim[1], ttft_closed_form_ms=cf[1] if i < 3 else None))
+    pop = Population("p", frozenset(c.id for c in group), key="llama-3.1-8b-h100-trtllm")
+    models = decisions({"named": [pop], "predictions": {"analytic": preds}})["populations"][0]["models"]
+    assert models["analytic"]["rows"] == models["analytic closed form"]["rows"] == models["load only"]["rows"] == 3
+    measured = [c.concurrency * c.osl / (c.ttft_ms + (c.osl - 1) * c.tpot_ms) / c.layout.num_devices
+                for c in group[:3]]
+    best = max(range(3), key=measured.__getitem__)
+    assert models["analytic"]["top1_share"] == float(best == 0)
+    assert models["analytic closed form"]["top1_share"] == float(best == 1)
 
 
 def test_the_replays_of_one_model_and_device_run_in_one_process_in_file_order(cases, monkeypatch):

@@ -66,8 +66,8 @@ def augment(predictions: dict[str, list[Prediction]], seed: int = 0, progress=No
         for i, p in enumerate(preds):
             r = replayed.get((model, i))
             if r is not None:
-                tpot = {**p.tpot_ms, **({"serving": r.tpot_ms} if r.reason is None else {}),
-                        **({"closed-form": r.closed_form_tpot_ms} if r.closed_form_reason is None else {})}
+                tpot = {**p.tpot_ms, **({"serving": r.tpot_ms} if r.tpot_ms is not None else {}),
+                        **({"closed-form": r.closed_form_tpot_ms} if r.closed_form_tpot_ms is not None else {})}
                 p = replace(p, tpot_ms=tpot, ttft_serving_ms=r.ttft_ms, serving_reason=r.reason,
                             ttft_closed_form_ms=r.closed_form_ttft_ms, closed_form_reason=r.closed_form_reason)
             mine.append(p)
@@ -99,6 +99,8 @@ GROUP_KEYS = ("model_path", "system", "backend", "isl", "osl")
 MIN_GROUP = 3
 #: The same-run baseline of the decisions: a group's rows ranked by clients per device alone.
 LOAD_ONLY = "load only"
+#: A ranking by the closed form's figures is named ``<model> closed form``.
+CLOSED_FORM_LABEL = "closed form"
 
 
 def tokens_per_s_per_device(case, ttft_ms: float, tpot_ms: float) -> float:
@@ -142,30 +144,36 @@ def _group_stats(rows: list[tuple[float, float, float | None, float]]) -> dict:
 
 
 def decisions(doc: dict) -> dict:
-    """Per named population and per model (and the load-only ranking, a same-run baseline that
-    orders a group's rows by clients per device alone): the decision groups' median Spearman ρ of
-    predicted against measured output tokens/s per device, the share of groups whose predicted
-    best deployment is the measured best, the median and p90 regret of taking the predicted best,
-    and the same decision under a TPOT bound (:func:`_group_stats`). Rows without a replay
-    prediction are left out of their group."""
+    """Per named population, per model and tier — the event simulation's figures under the
+    model's name, the closed form's under ``<model> closed form`` — and the load-only ranking (a
+    same-run baseline that orders a group's rows by clients per device alone): the decision
+    groups' median Spearman ρ of predicted against measured output tokens/s per device, the share
+    of groups whose predicted best deployment is the measured best, the median and p90 regret of
+    taking the predicted best, and the same decision under a TPOT bound (:func:`_group_stats`).
+    Every ranking takes the same rows: those both tiers replayed."""
     out = {"group_keys": list(GROUP_KEYS), "min_group_rows": MIN_GROUP, "populations": []}
     for pop in doc["named"]:
         if pop.key not in ("llama-3.1-8b-h100-trtllm", "stratified"):
             continue
         row = {"population": pop.name, "key": pop.key, "models": {}}
         first = next(iter(doc["predictions"].values()))
-        for model, preds in [*doc["predictions"].items(), (LOAD_ONLY, None)]:
+        rankings = [(m, preds, "serving") for m, preds in doc["predictions"].items()]
+        rankings += [(f"{m} {CLOSED_FORM_LABEL}", preds, "closed-form") for m, preds in doc["predictions"].items()]
+        for model, preds, mapping in [*rankings, (LOAD_ONLY, None, "serving")]:
             groups: dict[tuple, list[tuple[float, float]]] = {}
             source = preds if preds is not None else first   # the load-only ranking: the first model's rows
             for p in source:
                 c = p.case
-                if c.id not in pop.ids or c.mode != "agg" or p.ttft_serving_ms is None or "serving" not in p.tpot_ms:
+                # every ranking over the same rows: those both tiers replayed
+                if (c.id not in pop.ids or c.mode != "agg" or p.ttft_serving_ms is None or "serving" not in p.tpot_ms
+                        or p.ttft_closed_form_ms is None or "closed-form" not in p.tpot_ms):
                     continue
+                ttft = p.ttft_serving_ms if mapping == "serving" else p.ttft_closed_form_ms
                 measured = tokens_per_s_per_device(c, c.ttft_ms, c.tpot_ms)
                 predicted = (c.concurrency / c.layout.num_devices if preds is None
-                             else tokens_per_s_per_device(c, p.ttft_serving_ms, p.tpot_ms["serving"]))
+                             else tokens_per_s_per_device(c, ttft, p.tpot_ms[mapping]))
                 groups.setdefault(tuple(getattr(c, k) for k in GROUP_KEYS), []).append(
-                    (predicted, measured, None if preds is None else p.tpot_ms["serving"], c.tpot_ms))
+                    (predicted, measured, None if preds is None else p.tpot_ms[mapping], c.tpot_ms))
             stats = [_group_stats(g) for g in groups.values() if len(g) >= MIN_GROUP]
             rhos = [s["rho"] for s in stats if np.isfinite(s["rho"])]
             regrets = [s["regret"] for s in stats]
