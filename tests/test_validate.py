@@ -238,6 +238,28 @@ def test_product_layouts_are_restated_as_the_run_had_them(rows):
     assert row["collection"] == "2026-04-06.csv" and silicon.map_row(row).layout == Layout(tp=8)
 
 
+def test_attention_dp_the_rows_drop_is_read_back_from_the_campaigns_config(rows):
+    """InferenceX's Kimi-K2.5 vLLM disaggregated runs on GB200 (config 697: 1 prefill worker `tp 4,
+    ep 4, dp-attn`, 1 decode worker `tp 16, ep 16, dp-attn`) are stated as tp 4 / tp 16 without
+    attention DP; mapping.yaml attention_dp_layouts reads them back, the decode batch per rank."""
+    row = rows["kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c256_cfg697"]
+    assert (row["decode_tp_size"], row["decode_attention_dp_size"], row["decode_batch_size"]) == ("16", "1", "256")
+    c = silicon.map_row(row)
+    assert c.predictable and c.layout == Layout(tp=1, ep=16, dp=16, attention_dp=True)
+    assert (c.batch, c.num_queries) == (16, 256)
+    assert c.prefill_layout == Layout(tp=1, ep=4, dp=4, attention_dp=True)
+    assert [n for n in c.notes if n.startswith(silicon.LAYOUT_NOTE)] == [
+        "layout restated: the campaign's config ran attention DP the row does not state: prefill tp 4 → tp 1 × "
+        "attention DP 4, moe_ep 4; decode tp 16 → tp 1 × attention DP 16, moe_ep 16 (mapping.yaml "
+        "attention_dp_layouts: SemiAnalysisAI/InferenceX 235b232d2)"]
+    # config 698: the prefill worker ran attention DP, the 4 decode workers tensor parallelism (tep4)
+    c = silicon.map_row(rows["kimik2_5_gb200_vllm_fp4_disagg_8192x1024_c32_cfg698"])
+    assert c.prefill_layout == Layout(tp=1, ep=4, dp=4, attention_dp=True) and c.layout == Layout(tp=4, ep=4)
+    # another worker count, system or model: taken as stated
+    assert silicon.map_row({**row, "decode_num_workers": "2"}).layout == Layout(tp=16, ep=16)
+    assert silicon.map_row({**row, "system": "gb300"}).layout == Layout(tp=16, ep=16)
+
+
 def test_every_measurement_in_two_collections_maps_alike_in_both(frame):
     """A measurement (TTFT and TPOT to every digit) that sits in more than one collection — one
     stating the run's layout, one the product — maps to one layout and one batch in all of them."""

@@ -18,6 +18,8 @@ the mapping is written here and in docs/design/validation.md:
   (:func:`perfcast.capture.parallel.check`) refuses what it cannot take, and its line is the reason.
   Two collections state an expert-parallel run's layout as the product of its GPUs and its expert
   parallelism; their aggregated rows are read back as the run had them (:func:`_restated`).
+  Disaggregated rows whose worker pools ran attention DP the row drops are read back from the
+  campaign's config (:func:`_dp_attention`).
 - **disaggregated** rows: the decode workers' layout and batch (``decode_*`` columns).
 """
 
@@ -250,6 +252,37 @@ def _restated(row: dict) -> tuple[dict, str | None, str | None]:
     return {**row, **{k: str(v) for k, v in real.items()}}, note, assumed
 
 
+def _dp_attention(row: dict) -> tuple[dict, str | None]:
+    """(the row, with the layout columns of each worker pool that ran attention DP the row does not
+    state, and the note saying so) for a disaggregated row matching an entry of mapping.yaml
+    ``attention_dp_layouts``; the row as it is otherwise."""
+    if row.get("mode") != "disagg":
+        return row, None
+    for entry in tables().get("attention_dp_layouts") or ():
+        if ((row["model_path"], row.get("backend"), row.get("system")) != (entry["model_path"], entry["backend"],
+                                                                          entry["system"])
+                or [_int(row, "isl"), _int(row, "osl")] not in entry["lengths"]):
+            continue
+        pools = {pre: entry[pre.rstrip("_")] for pre in ("prefill_", "decode_")}
+        if any((_int(row, f"{pre}num_workers"), _int(row, f"{pre}tp_size"), _int(row, f"{pre}moe_ep_size"))
+               != (p["workers"], p["tp"], p["ep"]) for pre, p in pools.items()):
+            continue
+        real, said = {}, []
+        for pre, p in pools.items():
+            if not p["dp_attn"] or (_int(row, f"{pre}attention_dp_size", default=1, zero_is_unset=True) or 1) > 1:
+                continue
+            batch = _int(row, f"{pre}batch_size")
+            real |= {f"{pre}tp_size": 1, f"{pre}attention_dp_size": p["tp"], f"{pre}moe_tp_size": p["tp"] // p["ep"],
+                     **({f"{pre}batch_size": -(-batch // p["tp"])} if batch else {})}
+            said.append(f"{pre.rstrip('_')} tp {p['tp']} → tp 1 × attention DP {p['tp']}, moe_ep {p['ep']}")
+        if not real:
+            return row, None
+        note = (f"{LAYOUT_NOTE}: the campaign's config ran attention DP the row does not state: "
+                f"{'; '.join(said)} (mapping.yaml attention_dp_layouts: {entry['source'].split(' (')[0]})")
+        return {**row, **{k: str(v) for k, v in real.items()}}, note
+    return row, None
+
+
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
@@ -294,6 +327,9 @@ def map_row(row: dict) -> Case:
     if restated:
         base = replace(base, notes=base.notes + (restated,),
                        approximate=base.approximate + ((guessed,) if guessed else ()))
+    row, dp_note = _dp_attention(row)
+    if dp_note:
+        base = replace(base, notes=base.notes + (dp_note,))
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
     if why:
