@@ -153,6 +153,33 @@ def _absorb(lw, g: KernelGroup, index: int, attrs: dict) -> Leaf:
     # ``extra`` may be negative (a cast absorbed into a GEMM: the kernel reads the narrower source),
     # never below the main op's own traffic, which reads every replaced input
     cost = main_leaf.cost + Cost({BYTES_HBM: extra, FLOPS_VECTOR: flops})
-    merged = {**dict(main_leaf.attrs), "members": tuple(member_leaves), "absorbed": len(member_leaves)}
+    merged = {**dict(main_leaf.attrs), "members": tuple(member_leaves), "absorbed": len(member_leaves),
+              **_source_format(lw, g.main, members, main_leaf)}
     return Leaf(main_leaf.name, main_leaf.kind, main_leaf.inputs, main_leaf.outputs, cost, merged)
+
+
+#: Casts a kernel can take in as its input conversion.
+_CASTS = ("aten._to_copy", "aten.to", "aten.type_as")
+_NARROW = ("bf16", "fp16")
+
+
+def _source_format(lw, main: OpRecord, members: list[OpRecord], main_leaf: Leaf) -> dict:
+    """A GEMM whose activation is a 16-bit source cast up inside its kernel, its other operands
+    weights, computes in that format: ``compute_dtype`` (the matrix rate and the GEMM fit the leaf
+    is priced by). A weight's own cast is done once at load (the capture folds it: the weight
+    arrives in the cast's dtype), and the engine keeps the checkpoint's 16-bit weight. The
+    DeepSeek-V3-style router (Hugging Face: ``F.linear(h.float(), W.float())``) runs in every engine
+    as a bf16 × bf16 GEMM with fp32 output — TensorRT-LLM ``dsv3_router_gemm_op``, SGLang
+    ``dsv3_router_gemm`` (≤ 16 tokens, else a bf16 ``F.linear``), vLLM ``GateLinear`` (bf16 weight,
+    ``out_dtype`` fp32: ``dsv3_router_gemm`` or cuBLAS bf16-in / fp32-out)."""
+    if main_leaf.kind != "matmul" or main_leaf.attr("quant_format") or not main.inputs:
+        return {}
+    made = {lw.key(o): r for r in members for o in r.outputs}
+    act = main.inputs[_act_index(main)]
+    cast = made.get(lw.key(act))
+    if cast is None or not cast.op.startswith(_CASTS) or not cast.inputs or cast.inputs[0].dtype not in _NARROW:
+        return {}
+    if any(not t.is_param for t in main.inputs if t is not act):
+        return {}
+    return {"compute_dtype": cast.inputs[0].dtype}
 

@@ -317,11 +317,14 @@ CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"
 
 # Shapes off leaves ---------------------------------------------------------------------------
 def _gemm_variant(leaf: Leaf, act, weight) -> str:
-    """The GEMM format: the one a quantized leaf states (``quant_format``), weight-only int4/int8
-    for narrow integer weights with 16-bit activations, else the common dtype (the compute dtype
-    when they differ)."""
+    """The GEMM format: the one a quantized leaf states (``quant_format``), else its
+    ``compute_dtype`` where set (a GEMM that casts its 16-bit operands up inside the kernel),
+    weight-only int4/int8 for narrow integer weights with 16-bit activations, else the common dtype
+    (the compute dtype when they differ)."""
     if leaf.attr("quant_format"):
         return str(leaf.attr("quant_format"))
+    if leaf.attr("compute_dtype"):  # an unquantized GEMM that computes in its operands' 16-bit sources
+        return str(leaf.attr("compute_dtype"))
     if weight.dtype in ("int4", "int8") and act.dtype in ("bf16", "fp16"):
         return f"w{itemsize(weight.dtype) * 8}a16"
     return weight.dtype if weight.dtype == act.dtype else leaf.dtype
