@@ -219,7 +219,7 @@ def test_moe_layer_kernels():
     assert sgl[-5:] == ["fused_add_rmsnorm", "router_gemm", "topk", "fused_moe_triton×5", "fused_add_rmsnorm"]
 
 
-def test_a_router_that_casts_up_to_fp32_runs_as_a_bf16_gemm():
+def test_a_deepseek_router_that_casts_up_to_fp32_runs_as_a_bf16_gemm():
     """Hugging Face's DeepSeek-V3 router is ``F.linear(h.float(), W.float())``; the engines run it
     as a bf16 × bf16 GEMM with fp32 output (TensorRT-LLM and SGLang ``dsv3_router_gemm``, vLLM
     ``GateLinear``), so the kernel computes in bf16 and the bf16 GEMM fit prices it — not the fp32
@@ -230,9 +230,12 @@ def test_a_router_that_casts_up_to_fp32_runs_as_a_bf16_gemm():
         assert router and all(lt.leaf.dtype == "bf16" for lt in router), engine
         assert all(any("calibrated gemm/bf16" in n for n in lt.result.notes) for lt in router), engine
         assert all(float(lt.time_s / lt.trips) < 8e-6 for lt in router), engine
-    # a router that is bf16 already is as it was
+    # a router that is bf16 already is as it was; GLM-5's fp32 router (hidden 6144: no dsv3_router_gemm)
+    # stays fp32, as vLLM forces it for glm_moe_dsa and SGLang casts GLM's since 2026-03-30
     qwen = sim("qwen3-30b-a3b", "h100-sxm", "trtllm", True).rollups["analytic"].leaves
     assert {lt.leaf.dtype for lt in qwen if lt.leaf.attr("kernel") == "router_gemm"} == {"bf16"}
+    glm = sim("glm-5", "b200-sxm", "sglang", True, tp=8).rollups["analytic"].leaves
+    assert {lt.leaf.dtype for lt in glm if lt.leaf.attr("kernel") == "router_gemm"} == {"fp32"}
 
 
 def test_tensor_parallel_all_reduce_fuses_the_next_norm():
