@@ -550,7 +550,9 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     assert doc["rows"]["selected"] == expected
     assert doc["rows"]["mappable"] > 0 and sum(doc["refused"].values()) == expected - doc["rows"]["mappable"]
     assert doc["baseline"] == "roofline" and doc["performance_models"] == ["analytic"]
-    assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "closed-form", "ttft", "static", "assumptions"]  # the output says which
+    # the output says which
+    assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "closed-form", "ttft", "static",
+                                    "assumptions"]
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
     assert set(named) == {"selected", "stated-batch", "assumed-decode-batch", "llama-3.1-8b-h100-trtllm", "stratified",
                           "published", "published-static"}
