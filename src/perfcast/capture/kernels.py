@@ -46,6 +46,7 @@ class KernelGroup:
     attrs: dict = field(default_factory=dict)  # extra leaf attrs (e.g. an all-reduce's algorithm)
     reason: str = ""  # drop: why the engine does not run it
     internal: tuple[TensorMeta, ...] = ()  # inputs the kernel itself produces on chip (not read)
+    source_format_shapes: tuple[tuple[int, int], ...] = ()  # absorb: see _source_format
 
 
 def engine_attrs(lw, g: KernelGroup) -> dict:
@@ -154,32 +155,26 @@ def _absorb(lw, g: KernelGroup, index: int, attrs: dict) -> Leaf:
     # never below the main op's own traffic, which reads every replaced input
     cost = main_leaf.cost + Cost({BYTES_HBM: extra, FLOPS_VECTOR: flops})
     merged = {**dict(main_leaf.attrs), "members": tuple(member_leaves), "absorbed": len(member_leaves),
-              **_source_format(lw, g.main, members, main_leaf)}
+              **_source_format(lw, g, members, main_leaf)}
     return Leaf(main_leaf.name, main_leaf.kind, main_leaf.inputs, main_leaf.outputs, cost, merged)
 
 
 #: Casts a kernel can take in as its input conversion.
 _CASTS = ("aten._to_copy", "aten.to", "aten.type_as")
 _NARROW = ("bf16", "fp16")
-#: (hidden size, experts) of the routers the engines run as a 16-bit GEMM with fp32 output: the
-#: shapes ``dsv3_router_gemm`` is built for (SGLang ``MoEGate.forward``: hidden 7168 and 256 or 384
-#: experts; TensorRT-LLM ``DeepseekV3Gate``; vLLM ``GateLinear.allow_dsv3_router_gemm``) — DeepSeek-V3
-#: / R1 and Kimi-K2's. Other fp32 routers stay fp32: vLLM forces GLM-5's (``deepseek_v2.py``:
-#: fp32 router dtype for ``glm_moe_dsa``), SGLang GLM's since sglang#21660 (2026-03-30).
-DSV3_ROUTERS = {(7168, 256), (7168, 384)}
 
 
-def _source_format(lw, main: OpRecord, members: list[OpRecord], main_leaf: Leaf) -> dict:
-    """A router GEMM of :data:`DSV3_ROUTERS`'s shapes whose activation is a 16-bit source cast up
-    inside its kernel, its other operand a weight, computes in that format: ``compute_dtype`` (the
-    matrix rate and the GEMM fit the leaf is priced by). A weight's own cast is done once at load
-    (the capture folds it: the weight arrives in the cast's dtype); the engine keeps the
-    checkpoint's 16-bit weight. Hugging Face's DeepSeek-V3 router is ``F.linear(h.float(),
-    W.float())``; every engine runs it as a bf16 × bf16 GEMM with fp32 output — TensorRT-LLM
-    ``dsv3_router_gemm_op``, SGLang ``dsv3_router_gemm`` (≤ 16 tokens, else a bf16 ``F.linear``),
-    vLLM ``GateLinear`` (bf16 weight, ``out_dtype`` fp32: ``dsv3_router_gemm`` or cuBLAS bf16-in /
-    fp32-out)."""
-    if main_leaf.kind != "matmul" or main_leaf.attr("quant_format") or not main.inputs:
+def _source_format(lw, g: KernelGroup, members: list[OpRecord], main_leaf: Leaf) -> dict:
+    """An absorbing GEMM of one of the shapes (K, N) its engine's rule names
+    (``source_format_shapes``) whose activation is a 16-bit source cast up inside its kernel, its
+    other operand a weight, computes in that format: ``compute_dtype`` (the matrix rate and the GEMM
+    fit the leaf is priced by). A weight's own cast is done once at load (the capture folds it: the
+    weight arrives in the cast's dtype); the engine keeps the checkpoint's 16-bit weight. E.g.
+    Hugging Face's DeepSeek-V3 router, ``F.linear(h.float(), W.float())``, which TensorRT-LLM,
+    SGLang and vLLM run as a bf16 × bf16 GEMM with fp32 output (their profiles' router rule)."""
+    main = g.main
+    if not g.source_format_shapes or main_leaf.kind != "matmul" or main_leaf.attr("quant_format") \
+            or not main.inputs:
         return {}
     made = {lw.key(o): r for r in members for o in r.outputs}
     act = main.inputs[_act_index(main)]
@@ -188,7 +183,8 @@ def _source_format(lw, main: OpRecord, members: list[OpRecord], main_leaf: Leaf)
         return {}
     if any(not t.is_param for t in main.inputs if t is not act):
         return {}
-    if (lw.expr(act.shape[-1]), lw.expr(main.outputs[0].shape[-1])) not in DSV3_ROUTERS:
+    shape = (lw.expr(act.shape[-1]), lw.expr(main.outputs[0].shape[-1]))
+    if shape not in set(map(tuple, g.source_format_shapes)):
         return {}
     return {"compute_dtype": cast.inputs[0].dtype}
 

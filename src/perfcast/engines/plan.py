@@ -50,6 +50,7 @@ class Entry:
     attrs: dict = field(default_factory=dict)
     reason: str = ""
     internal: tuple = ()
+    source_format_shapes: tuple = ()
 
     @property
     def open(self) -> bool:
@@ -105,7 +106,7 @@ def segment_plan(profile: EngineProfile, ctx: Context, records: list[OpRecord], 
             ctx.used.add(n)
     entries = _leftover(profile, entries)
     return [KernelGroup(e.how or "op", tuple(e.recs), e.kernel, e.kernel_class, e.main, e.launches, e.outputs,
-                        e.cache_of, e.attrs, e.reason, e.internal) for e in entries]
+                        e.cache_of, e.attrs, e.reason, e.internal, e.source_format_shapes) for e in entries]
 
 
 def _signature(entries: list[Entry]) -> list[tuple]:
@@ -260,7 +261,7 @@ def _adjacent(entries, at: int, step: int, roles) -> list[int]:
     return out
 
 
-def _absorb_into(entries, i: int, side: str, roles, kernel=None) -> int:
+def _absorb_into(entries, i: int, side: str, roles, kernel=None, source_format_shapes=()) -> int:
     """Absorb the runs of ``roles`` beside entry ``i``; returns the entry's new index."""
     idx = _adjacent(entries, i, -1 if side == "before" else 1, roles)
     if not idx:
@@ -269,7 +270,8 @@ def _absorb_into(entries, i: int, side: str, roles, kernel=None) -> int:
     taken = [entries[k] for k in sorted(idx)]
     run = [*taken, target] if side == "before" else [target, *taken]
     g = _joined(run, how="absorb", kernel=kernel or target.kernel, kernel_class=target.kernel_class,
-                main=target.head, launches=target.launches, attrs=dict(target.attrs))
+                main=target.head, launches=target.launches, attrs=dict(target.attrs),
+                source_format_shapes=tuple(source_format_shapes))
     if any(e.role == "residual_add" for e in taken):
         g.outputs = _norm_outputs([r for e in taken for r in e.recs], [x for e in taken for x in e.roles])
     lo, hi = min(idx + [i]), max(idx + [i])
@@ -282,7 +284,7 @@ def _absorb(rule, entries, ctx, lw, state):
     i = 0
     while i < len(entries):
         if entries[i].role == rule.into and entries[i].how in (None, "absorb"):
-            i = _absorb_into(entries, i, rule.side, rule.roles, rule.kernel)
+            i = _absorb_into(entries, i, rule.side, rule.roles, rule.kernel, rule.source_format_shapes)
             if rule.cache_in_kernel and entries[i].how == "absorb":
                 state["in_kernel"].add(id(entries[i].head))
         i += 1

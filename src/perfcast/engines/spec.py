@@ -89,6 +89,9 @@ class AbsorbRule(_Rule):
     side: Literal["before", "after"]
     kernel: Text | None = None  # rename the absorbing kernel
     cache_in_kernel: bool = False  # the absorbing attention kernel writes the new KV entries itself
+    # (K, N) of the absorbing GEMMs that compute in their activation's 16-bit source: the absorbed cast
+    # up is the kernel's input conversion, not its compute format (capture.kernels._source_format)
+    source_format_shapes: list[tuple[int, int]] = []
 
 
 class NameRule(_Rule):
