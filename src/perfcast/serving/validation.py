@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from perfcast.inference.steps import BASELINE
-from perfcast.inference.validation import Prediction, ValidationRequest
+from perfcast.inference.validation import Prediction, ValidationRequest, serving_ttft_ms
 from perfcast.inference.validation import run as run_steps
 from perfcast.ir import UserError
 from perfcast.serving.forked import forked_map
@@ -168,7 +168,7 @@ def decisions(doc: dict) -> dict:
                 if (c.id not in pop.ids or c.mode != "agg" or p.ttft_serving_ms is None or "serving" not in p.tpot_ms
                         or p.ttft_closed_form_ms is None or "closed-form" not in p.tpot_ms):
                     continue
-                ttft = p.ttft_serving_ms if mapping == "serving" else p.ttft_closed_form_ms
+                ttft = serving_ttft_ms(p, mapping)
                 measured = tokens_per_s_per_device(c, c.ttft_ms, c.tpot_ms)
                 predicted = (c.concurrency / c.layout.num_devices if preds is None
                              else tokens_per_s_per_device(c, ttft, p.tpot_ms[mapping]))
