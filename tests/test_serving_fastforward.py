@@ -184,5 +184,5 @@ def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypat
     real = sim._fast_forward
     monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
     r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
-    assert all(k == {"finishes": True} for k in calls)
+    assert all(k == {"finishes": True, "max_steps": None} for k in calls)
     assert r.steps == 5 * 200 and len(calls) == 5

@@ -81,6 +81,9 @@ class SchedulerSection(_Strict):
     max_prefill_tokens: CountSetting | None = None
     new_token_ratio: TokenRatio | None = None
     batch_wait: BatchWait | None = None
+    #: SGLang ``--scheduler-recv-interval``: the scheduler takes in new requests once every that many
+    #: decode steps (and after every other step)
+    recv_interval: CountSetting | None = None
 
     @model_validator(mode="after")
     def _choices(self):

@@ -1,8 +1,8 @@
 """The engine settings a measured row is replayed with: those its campaign's launch scripts state
 (``data/validation/inferencex_recipes.yaml``: the KV-cache dtype, the step token budget, the
-memory fraction and TensorRT-LLM's batch waiting of the InferenceX scripts, in place of the
-engine's defaults), and whether the row's batch is the engine's batch limit. Transcribed launch
-flags, each with its script and commit; nothing fitted."""
+memory fraction, TensorRT-LLM's batch waiting and SGLang's scheduler recv interval of the
+InferenceX scripts, in place of the engine's defaults), and whether the row's batch is the
+engine's batch limit. Transcribed launch flags, each with its script and commit; nothing fitted."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class Recipe:
     memory_fraction: float | None
     source: str
     engine_options: tuple[tuple[str, str], ...] = ()
+    recv_interval: int | None = None
 
 
 @lru_cache(maxsize=None)
@@ -56,6 +57,12 @@ def _entries() -> tuple[dict, ...]:
             for key in ("isl", "osl", "tp_below", "timeout_iters"):
                 checked_number(bw.get(key), f"{where}: batch_wait.{key}", integer=True, minimum=0)
             checked_number(bw.get("max_tokens_ratio"), f"{where}: batch_wait.max_tokens_ratio", minimum=0, maximum=1)
+        for j, rule in enumerate(e.get("scheduler_recv_interval") or ()):
+            at = f"{where}: scheduler_recv_interval[{j}]"
+            if not isinstance(rule, dict) or set(rule) - {"tp", "concurrency_below", "value"}:
+                raise UserError(f"{at}: expected a mapping of value with optional tp and concurrency_below")
+            for key in rule:
+                checked_number(rule[key], f"{at}.{key}", integer=True, positive=True)
         mb = e.get("moe_backend")
         if mb is not None:
             from perfcast.engines import get_engine
@@ -70,8 +77,10 @@ def _entries() -> tuple[dict, ...]:
 
 
 def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: int, osl: int,
-              tp: int, attention_dp: bool = False) -> Recipe | None:
-    """The settings of the campaign's script for this row, or None where none is transcribed."""
+              tp: int, attention_dp: bool = False, concurrency: int = 0) -> Recipe | None:
+    """The settings of the campaign's script for this row, or None where none is transcribed.
+    SGLang's recv interval is the first of the entry's rules whose ``tp`` and
+    ``concurrency_below`` the row meets (the scripts choose it by TP and concurrency)."""
     for e in _entries():
         if (e["model_path"], e["backend"]) == (model_path, backend) and system in e["systems"] \
                 and precision in e["precisions"]:
@@ -80,8 +89,10 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             if bw is not None and (isl, osl) == (bw["isl"], bw["osl"]) and tp < bw["tp_below"]:
                 wait = (int(bw["timeout_iters"]), float(bw["max_tokens_ratio"]))
             moe = (e.get("moe_backend") or {}).get("with_attention_dp" if attention_dp else "without_attention_dp")
+            recv = next((int(x["value"]) for x in e.get("scheduler_recv_interval") or ()
+                         if x.get("tp", tp) == tp and concurrency < x.get("concurrency_below", concurrency + 1)), None)
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()), (("moe_backend", moe),) if moe else ())
+                          " ".join(e["source"].split()), (("moe_backend", moe),) if moe else (), recv)
     return None
 
 
@@ -109,7 +120,7 @@ def with_recipe(case: Case, precision: str) -> Case:
     transcribe them: the KV-cache dtype (where the row states none), the step token budget, the
     memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
     r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp,
-                  case.layout.attention_dp)
+                  case.layout.attention_dp, case.concurrency or 0)
     if r is None:
         return case
     kv = case.kv_dtype or r.kv_cache_dtype
@@ -118,6 +129,8 @@ def with_recipe(case: Case, precision: str) -> Case:
     frac = f", memory fraction {r.memory_fraction:g}" if r.memory_fraction else ""
     tokens = f"max num tokens {r.max_num_tokens}" if r.max_num_tokens else "max num tokens the engine's default"
     moe = "".join(f", {k} {v}" for k, v in r.engine_options)
-    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe} ({r.source})"
+    recv = f", scheduler recv interval {r.recv_interval}" if r.recv_interval else ""
+    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv} ({r.source})"
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
-                   memory_fraction=r.memory_fraction, engine_options=r.engine_options, notes=case.notes + (note,))
+                   memory_fraction=r.memory_fraction, engine_options=r.engine_options, recv_interval=r.recv_interval,
+                   notes=case.notes + (note,))

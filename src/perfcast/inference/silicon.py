@@ -88,6 +88,7 @@ class Case:
     batch_wait: tuple[int, float] | None = None  # its TensorRT-LLM batch waiting
     memory_fraction: float | None = None  # its engine memory fraction
     engine_options: tuple[tuple[str, str], ...] = ()  # its engine options (e.g. TensorRT-LLM's MoE backend)
+    recv_interval: int | None = None      # its SGLang --scheduler-recv-interval
 
     @property
     def num_queries(self) -> int:

@@ -32,7 +32,7 @@ def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
 
 
 def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float,
-                  finishes: bool = False, min_steps: int = 2) -> float | None:
+                  finishes: bool = False, min_steps: int = 2, max_steps: int | None = None) -> float | None:
     """Advance a run of pure-decode steps, every running request decoding one token each, while
     nothing can join the batch (no request waiting, none before ``horizon``) and the KV blocks
     at hand suffice; None if there is no such run of at least ``min_steps`` steps. A request
@@ -42,7 +42,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     completion changes nothing outside the engine (an open loop: no client sends on it);
     otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
     both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
-    ``new_token_ratio`` per decode step."""
+    ``new_token_ratio`` per decode step. ``max_steps``: at most that many steps (SGLang's next
+    take-in of held requests, :class:`perfcast.serving.sim._Inbox`)."""
     r = eng.running
     if not r or eng.chunked is not None:
         return None
@@ -57,6 +58,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
         return None   # not every request decoding
     rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
     m = int(rem.max()) if finishes else int(rem.min()) - 1
+    if max_steps is not None:
+        m = min(m, max_steps)
     if m < min_steps:
         return None
     # TensorRT-LLM (GUARANTEED_NO_EVICT) reserved each request's whole sequence at admission and

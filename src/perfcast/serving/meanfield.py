@@ -49,7 +49,9 @@ class EngineConfig:
     fields: ``max_batch`` (vLLM ``max_num_seqs``, TRT-LLM ``max_batch_size``, SGLang
     ``max_running_requests``), ``max_num_tokens`` (the per-step token budget; SGLang's
     ``chunked_prefill_size`` for its prefill batches), ``spec_k`` draft tokens verified per step
-    with per-position acceptance rates ``acceptance`` (``len == spec_k``)."""
+    with per-position acceptance rates ``acceptance`` (``len == spec_k``), ``recv_interval``
+    SGLang's ``--scheduler-recv-interval`` (new requests taken in once every that many decode
+    steps)."""
 
     policy: str = "vllm"
     max_batch: int = 256
@@ -59,10 +61,13 @@ class EngineConfig:
     devices: int = 1
     spec_k: int = 0
     acceptance: tuple[float, ...] = ()
+    recv_interval: int = 1
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise UserError(f"policy {self.policy!r}: not one of {', '.join(POLICIES)}")
+        if self.recv_interval < 1 or (self.recv_interval > 1 and self.policy != "sglang"):
+            raise UserError(f"recv_interval {self.recv_interval}: a positive count, above 1 only for sglang")
         for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)}: must be at least 1")
@@ -230,15 +235,20 @@ def _lerp(fn, x: float) -> float:
 def _state(m: _Model, r: float) -> _State:
     """The mean step at ``r`` prompts per step. Mixed: ``τ = step(d) + r · ΔP(d)`` and a prompt's
     ``m`` chunk steps carry ``max(1, m r)`` prompts' prefill; SGLang: prefill batches of
-    ``b = clamp(r, 1, q)`` prompts, ``τ = step(d) + (r / b) · P(b)``. A decoding sequence sees at
-    least itself: steps are priced at ``max(d, 1)`` decodes."""
+    ``b = clamp(r N, 1, q)`` prompts, ``τ = step(d) + (r / b) · P(b)``, where it takes in new
+    requests once every ``N`` decode steps (``--scheduler-recv-interval``, 1 by default): the
+    prompts of ``N`` steps form one batch, and a request sent at the end of a decode step waits
+    ``(N − 1) / 2`` decode steps on average before it is taken in (uniformly 0 … N − 1 steps
+    before the next take-in), counted in its TTFT. A decoding sequence sees at least itself: steps
+    are priced at ``max(d, 1)`` decodes."""
     d = r * (m.load.osl - 1) / m.e
     n = max(d, 1.0)
     f = _lerp(lambda i: m.at(m.decode_s, i), n)
     if m.engine.policy == "sglang":
-        b = min(max(r, 1.0), m.prefill_batch_max)
+        k = m.engine.recv_interval
+        b = min(max(r * k, 1.0), m.prefill_batch_max)
         p = _lerp(lambda i: m.at(m.prefill_batch_s, i), b)
-        return _State(r, d, f + r / b * p, p)
+        return _State(r, d, f + r / b * p, p + (k - 1) / 2 * f)
     extra = _lerp(lambda i: m.at(m.prompt_extra_s, i), n)
     steps = _lerp(lambda i: m.at(m.prompt_steps, i), n)
     return _State(r, d, f + r * extra, steps * f + extra * max(1.0, steps * r))

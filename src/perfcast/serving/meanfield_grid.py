@@ -35,6 +35,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfcast.ir import UserError
+
 from perfcast.serving.meanfield import EngineConfig, Workload, _Model, _r_budget
 from perfcast.serving.types import SLO, StepCost, StepCostArray
 
@@ -90,7 +92,11 @@ def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concur
     broadcast of ``isl``, ``concurrency`` and ``max_batch`` (``engine.max_batch`` when None). A
     layout is a step cost of its own: one call per layout. Refused as the scalar path refuses
     (the first family it refuses): a KV cache holding no request, a prompt over the token budget
-    without chunked prefill, and the inputs ``EngineConfig`` and ``Workload`` refuse."""
+    without chunked prefill, and the inputs ``EngineConfig`` and ``Workload`` refuse, and SGLang's
+    recv interval above 1 (the scalar path's batching by interval is not tabulated here)."""
+    if engine.recv_interval != 1:
+        raise UserError(f"closed-form grid: SGLang recv interval {engine.recv_interval} is priced by "
+                        f"meanfield.closed_loop only")
     isl = np.asarray(isl, dtype=np.int64)
     concurrency = np.asarray(concurrency, dtype=np.int64)
     max_batch = np.asarray(engine.max_batch if max_batch is None else max_batch, dtype=np.int64)

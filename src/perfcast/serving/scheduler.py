@@ -43,6 +43,9 @@ class SchedulerConfig:
     #: context requests held back from steps with generation requests until that many steps have
     #: waited or the step's tokens reach the ratio of ``max_num_tokens``; (0, 0.0): off
     batch_wait: tuple[int, float] = (0, 0.0)
+    #: SGLang's ``--scheduler-recv-interval``: new requests are taken in once every that many decode
+    #: steps, and after any step that prefilled (1: every step, the default)
+    recv_interval: int = 1
 
     def __post_init__(self):
         if self.policy not in ("vllm", "sglang", "trtllm"):
@@ -58,6 +61,10 @@ class SchedulerConfig:
             raise UserError(f"--batch-wait-iters / --batch-wait-max-tokens-ratio: batch waiting is TensorRT-LLM's "
                             f"(batch_wait_timeout_iters, batch_wait_max_tokens_ratio); engine "
                             f"{self.engine or self.policy} has none")
+        checked_number(self.recv_interval, "--scheduler-recv-interval", integer=True, positive=True)
+        if self.recv_interval > 1 and self.policy != "sglang":
+            raise UserError(f"--scheduler-recv-interval: taking in requests every N decode steps is SGLang's "
+                            f"(scheduler_recv_interval); engine {self.engine or self.policy} has none")
 
     @property
     def waits(self) -> bool:
@@ -76,10 +83,11 @@ class SchedulerConfig:
 def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
                      mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
-                     memory_fraction: float | None = None) -> SchedulerConfig:
+                     memory_fraction: float | None = None, recv_interval: int | None = None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
-    (SGLang) mixed chunk, (TensorRT-LLM) batch waiting and the engine's memory fraction."""
+    (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting and the engine's memory
+    fraction."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
     s = prof.scheduler
     if s is None:
@@ -93,18 +101,22 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         preemption=s.preemption.value, admission=s.admission.value,
         max_prefill_tokens=s.max_prefill_tokens.value if s.max_prefill_tokens else None,
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
-        batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0))
+        batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0),
+        recv_interval=s.recv_interval.value if s.recv_interval else 1)
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
-                          memory_fraction=memory_fraction)
+                          memory_fraction=memory_fraction, recv_interval=recv_interval)
 
 
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
                    batch_wait: tuple[int, float] | None = None,
-                   memory_fraction: float | None = None) -> SchedulerConfig:
+                   memory_fraction: float | None = None, recv_interval: int | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
+    if recv_interval is not None:
+        changes["recv_interval"] = checked_number(recv_interval, "--scheduler-recv-interval", integer=True,
+                                                  positive=True)
     if memory_fraction is not None:
         changes["memory_fraction"] = checked_number(memory_fraction, "--memory-fraction", positive=True, maximum=1)
     if max_batch_size is not None:

@@ -129,6 +129,8 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
     arrival (open loop)."""
     schedule = SCHEDULERS[eng.cfg.policy]
     price = _Pricer(step, spec)
+    inbox = _Inbox(eng.cfg.recv_interval) if eng.cfg.recv_interval > 1 else None
+    queue = eng.waiting if inbox is None else inbox.held
     t, n = 0.0, run.n
     closed = w.closed_loop
     nxt = 0
@@ -136,24 +138,30 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
     if closed:
         for i in range(min(w.concurrency, n)):
             run.send[i] = 0.0
-            eng.waiting.append(i)
+            queue.append(i)
         nxt = min(w.concurrency, n)
     arrivals = run.send
     while run.done < n:
         if not closed:
             while nxt < n and arrivals[nxt] <= t:
-                eng.waiting.append(nxt)
+                queue.append(nxt)
                 nxt += 1
                 if nxt == n:
-                    queue_at_last = len(eng.waiting)
-            if not eng.running and not eng.waiting:
-                t = float(arrivals[nxt])
-                continue
+                    queue_at_last = len(eng.waiting) + (len(inbox.held) if inbox else 0)
+        if inbox is not None and (inbox.due() or not (eng.running or eng.waiting or eng.chunked is not None)):
+            inbox.take(eng)
+        if not closed and not eng.running and not eng.waiting:
+            t = float(arrivals[nxt])
+            continue
         horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
         if spec is None and not eng.waiting and eng.chunked is None:
-            t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed)
+            steps = run.steps
+            t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed,
+                               max_steps=inbox.left() if inbox is not None and inbox.held else None)
             if t2 is not None:
                 t = t2
+                if inbox is not None:
+                    inbox.decoded(run.steps - steps)
                 continue
         planned = schedule(eng)
         if not planned:
@@ -161,13 +169,51 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
                                f"{len(eng.running)} running requests")
         before = run.done
         t = _execute(eng, run, planned, price, spec, rng, t)
+        if inbox is not None:
+            if all(d for _, _, d in planned):
+                inbox.decoded(1)
+            else:
+                inbox.prefilled()
         if closed:  # each finished request's client sends its next one now
             for _ in range(run.done - before):
                 if nxt < n:
                     run.send[nxt] = t
-                    eng.waiting.append(nxt)
+                    queue.append(nxt)
                     nxt += 1
     return queue_at_last
+
+
+class _Inbox:
+    """SGLang's ``--scheduler-recv-interval`` N (``SchedulerRecvSkipper``, python/sglang/srt/managers/
+    scheduler_recv_skipper.py): a sent request waits in the scheduler's socket until
+    ``Scheduler.recv_requests`` takes it in, which it does when a counter reaches N — each decode
+    step adds 1, any step that prefilled 1000 (so the next loop takes in), a take-in resets it to 0.
+    An engine with nothing to run takes in at once (its idle loop's own time is not modelled)."""
+
+    def __init__(self, interval: int):
+        self.n = interval
+        self.count = interval          # nothing run yet: the first loop takes in
+        self.held: list[int] = []
+
+    def due(self) -> bool:
+        return self.count >= self.n
+
+    def take(self, eng: Engine) -> None:
+        eng.waiting.extend(self.held)
+        self.held.clear()
+        self.count = 0
+
+    def left(self) -> int:
+        """Decode steps until the next take-in."""
+        return max(self.n - self.count, 1)
+
+    def decoded(self, steps: int) -> None:
+        """``steps`` decode steps, each followed by a loop that takes in at N (then with nothing held)."""
+        c = self.count + steps
+        self.count = c if c <= self.n else (c - 1) % self.n + 1
+
+    def prefilled(self) -> None:
+        self.count = self.n
 
 
 class _Pricer:
