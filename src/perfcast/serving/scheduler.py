@@ -114,9 +114,8 @@ def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, m
                    memory_fraction: float | None = None, recv_interval: int | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
-    if recv_interval is not None:
-        changes["recv_interval"] = checked_number(recv_interval, "--scheduler-recv-interval", integer=True,
-                                                  positive=True)
+    if recv_interval is not None:   # (checked with the others in SchedulerConfig.__post_init__)
+        changes["recv_interval"] = recv_interval
     if memory_fraction is not None:
         changes["memory_fraction"] = checked_number(memory_fraction, "--memory-fraction", positive=True, maximum=1)
     if max_batch_size is not None:
