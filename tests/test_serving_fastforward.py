@@ -86,11 +86,12 @@ def test_a_decode_row_prices_as_decode_s(llama):
     for _ in range(300):
         b = rnd.randint(1, 256)
         ctx = b * rnd.randint(1, 6000) + rnd.randint(0, b - 1)
-        dense, row = llama.decode_row(b, ctx)
+        dense, row, host = llama.decode_row(b, ctx)
         x = ctx / b
         i = int(x // GRID)
         f = x / GRID - i
-        assert dense + (row[i] + f * (row[i + 1] - row[i])) == llama.decode_s(b, ctx)
+        assert max(dense + (row[i] + f * (row[i + 1] - row[i])), host) == llama.decode_s(b, ctx)
+        assert (host > 0) == (b > 128)  # TensorRT-LLM replays CUDA graphs up to 128 sequences, then launches eagerly
     assert llama.decode_row(0, 0) is None and llama.decode_row(5000, 5000) is None
 
 

@@ -197,7 +197,7 @@ def from_rollup(name: str, step_s: float, rollup, evaluation) -> Prediction:
     for lt in rollup.leaves:
         row = pred.kernels.setdefault(leaf_key(lt.leaf), [0, 0.0])
         row[0] += int(lt.trips)
-        row[1] += float(rollup.model.realize(lt.time_s + lt.trips * (lt.launch_s - lt.host_s))) * 1e6
+        row[1] += float(rollup.model.realize(lt.time_s + lt.trips * lt.launch_s)) * 1e6
     return pred
 
 

@@ -12,10 +12,16 @@ The launch cost follows the :class:`LaunchModel`:
   ``benchmark_with_power`` — so it already holds the in-graph gap between kernels). A measured
   kernel pays nothing more: its measurement includes that gap; charging it again would count it
   twice.
-- ``eager``: the host launches every kernel, and runs ahead of the GPU, so a kernel costs
-  ``Max(its GPU time, launches × host interval)`` — not their sum: a kernel longer than the host
-  interval hides the launches queued behind it (a leaf's ``launches`` attribute counts the kernels
-  one op launches). Each launch is one ``Max`` in the closed form.
+- ``eager``: the host issues every kernel, one host interval each, and runs ahead of the GPU
+  (CUDA's launch queue holds the kernels issued but not yet run), so the step takes
+  ``Max(its GPU time, launches × host interval)`` — not their sum: the GPU time of long kernels
+  hides the host's issue of the launches queued behind them, and a step whose kernels are shorter
+  than the interval waits on the host. A leaf's ``launches`` attribute counts the kernels one op
+  launches. The step is one ``Max`` in the closed form (``host_launch_s`` its excess over the GPU
+  time). Taken per kernel instead (each kernel ``Max(its GPU time, host interval)``) it would charge
+  every short kernel the whole interval even where long kernels before it had let the host run
+  ahead — with the tens of microseconds the serving engines' Python forward spends per kernel,
+  an overcharge of a fifth of an eagerly launched decode step (docs/design/engines.md).
 
 Leaves are assumed not to overlap each other (the sum of per-leaf roofline times); the overlap
 transforms of :mod:`perfcast.rollup.overlap` rewrite parts of this sum into ``Max``/``Min`` forms.
@@ -54,14 +60,14 @@ class LeafTotal:
     """One leaf's share of the roll-up: ``trips`` = enclosing trip counts; ``cost`` and
     ``time_s`` are rolled up (per-iteration figures times ``trips``). ``launch_s`` is the launch
     cost of the kernel the leaf opens, per execution (0 for a leaf inside a kernel, or measured
-    under a CUDA graph); ``host_s`` the part of it the host's launches add (eager)."""
+    under a CUDA graph); the host's eager launches are the step's, not a leaf's
+    (:attr:`FastRollup.host_launch_s`)."""
 
     path: tuple[str, ...]
     leaf: Leaf
     trips: sympy.Expr
     result: Result
     launch_s: sympy.Expr = sympy.Integer(0)
-    host_s: sympy.Expr = sympy.Integer(0)
 
     @property
     def name(self) -> str:
@@ -112,6 +118,7 @@ class FastRollup:
         self.launch: Result = model.launch_overhead()
         static = self.launch.time_s
         rows, launches, kernels, kernel_cost, units, unit_trips = [], sympy.Integer(0), sympy.Integer(0), {}, {}, {}
+        issue = sympy.Integer(0)
         for v in walk(op):
             if isinstance(v.op, Leaf):
                 if v.kernel is not None and id(v.kernel) not in kernel_cost:
@@ -135,15 +142,14 @@ class FastRollup:
             trips = unit_trips.get(key, first.trips)  # a traced kernel launches once per its own visit
             if not measured:
                 launches += trips
-            host = sympy.Integer(0)
             if self.launch_model.mode == "eager":
                 n = sympy.sympify(first.leaf.attr("launches") or 1) if len(idx) == 1 else sympy.Integer(1)
-                gpu = sympy.Add(*(rows[i].trips * rows[i].result.time_s for i in idx)) / trips + own
-                host = sympy.Max(0, n * self.launch_model.host_interval_s - gpu)
+                issue += trips * n * self.launch_model.host_interval_s
             scale = trips / first.trips  # launch_s is per execution of the unit's first leaf
-            rows[idx[0]] = LeafTotal(first.path, first.leaf, first.trips, first.result, (own + host) * scale,
-                                     host * scale)
+            rows[idx[0]] = LeafTotal(first.path, first.leaf, first.trips, first.result, own * scale)
         self.leaves: list[LeafTotal] = rows
+        #: the host's time to issue every launch of the step (0 unless eager)
+        self.host_issue_s: sympy.Expr = issue
         self.launches: sympy.Expr = launches
         self.kernels: sympy.Expr = kernels  # kernels the step runs (launches of multi-kernel ops counted)
         self.trips = trip_counts(op)
@@ -153,24 +159,38 @@ class FastRollup:
         return sum((r.cost for r in self.leaves), Cost())
 
     @cached_property
-    def launch_time_s(self) -> sympy.Expr:
-        return sympy.Add(*(r.trips * r.launch_s for r in self.leaves))
+    def device_time_s(self) -> sympy.Expr:
+        """The step's time on the device: its kernels and their static launch latencies."""
+        return sympy.Add(*(r.time_s + r.trips * r.launch_s for r in self.leaves))
 
     @cached_property
     def host_launch_s(self) -> sympy.Expr:
-        """The part of the launch time the host's eager launches add (0 under a CUDA graph)."""
-        return sympy.Add(*(r.trips * r.host_s for r in self.leaves))
+        """What the host's eager launches add to the step: their issue time beyond the device
+        time, ``Max(0, host_issue_s − device_time_s)`` (0 under a CUDA graph)."""
+        if self.host_issue_s == 0:
+            return sympy.Integer(0)
+        return sympy.Max(0, self.host_issue_s - self.device_time_s)
+
+    @cached_property
+    def launch_time_s(self) -> sympy.Expr:
+        return sympy.Add(*(r.trips * r.launch_s for r in self.leaves), self.host_launch_s)
 
     def launch_time_of(self, root: Op) -> sympy.Expr:
         """The launch time of the kernels under ``root`` (a node of the rolled-up tree), for one
-        execution of ``root``."""
+        execution of ``root``; the whole step's includes the host's eager excess, a subtree's
+        does not (the host's issue and the device overlap over the step, not within a part)."""
+        if root is self.op:
+            return self.launch_time_s
         ids = {id(v.op): v.trips for v in walk(root) if isinstance(v.op, Leaf)}
         base = next((v.trips for v in walk(self.op) if v.op is root), sympy.Integer(1))
         return sympy.Add(*(r.trips / base * r.launch_s for r in self.leaves if id(r.leaf) in ids))
 
     @cached_property
     def time_s(self) -> sympy.Expr:
-        return sympy.Add(*(r.time_s for r in self.leaves), self.launch_time_s)
+        """``device_time_s``, or under eager launches ``Max(device_time_s, host_issue_s)``."""
+        if self.host_issue_s == 0:
+            return self.device_time_s
+        return sympy.Max(self.device_time_s, self.host_issue_s)
 
     @cached_property
     def free_symbols(self) -> list[sympy.Symbol]:

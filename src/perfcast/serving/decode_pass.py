@@ -128,7 +128,7 @@ def run(loop: _Loop, y: _Instance) -> None:
                     rows = None
                     d = price.decode(bb, ctx)
             if rows is not None:
-                d = tab[0] + on_row(tab[1], x)
+                d = max(tab[0] + on_row(tab[1], x), tab[2])
         start, t = t, t + d
         step += 1
         slots += bb

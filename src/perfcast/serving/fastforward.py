@@ -90,8 +90,8 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
                 if table is None:
                     price.row = None
                     continue
-                dense, row = table
-            d = dense + on_row(row, ctx / bb)
+                dense, row, host = table
+            d = max(dense + on_row(row, ctx / bb), host)
         t += d
         times.append(t)
         batches.append(bb)

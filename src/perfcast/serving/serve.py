@@ -144,7 +144,7 @@ def serve(spec: ServeSpec) -> ServeReport:
     step = compile_step(dep, max_tokens=_max_tokens(sched, load, k))
     mem, kv = _kv_cache(spec, sched, step)
     notes = list(_notes(dep, sched, kv, mem, ranks))
-    notes += [n for n in (unpriced_note(step),) if n]
+    notes += [n for n in (launch_note(step), unpriced_note(step)) if n]
     results, trace = {}, None
     if spec.tier in ("simulation", "both"):
         r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
@@ -268,6 +268,22 @@ def unpriced_note(step: StepModel, role: str = "") -> str | None:
     ops = ", ".join(f"{op} ({shapes}) ×{n}" for (op, shapes), n in step.unpriced.most_common(4))
     more = f" and {len(step.unpriced) - 4} more" if len(step.unpriced) > 4 else ""
     return f"{role}step: {sum(step.unpriced.values())} op call(s) with no cost rule, priced at ZERO: {ops}{more}"
+
+
+def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: bool = True) -> str | None:
+    """One line on the steps the host launches eagerly (an eager step takes at least the host's
+    issue time of its kernels), or None where every step of the asked phases replays a CUDA graph."""
+    floor = step.host_floor_s(False, 1) if prefill else 0.0
+    eager = next((t for t in range(1, step.max_tokens + 1) if step.host_floor_s(True, t)), None) if decode else None
+    if not floor and eager is None:
+        return None
+    parts = [f"prefill steps are launched eagerly, the host issuing their kernels in {floor * 1e3:.2f} ms "
+             f"(the engine's host interval per kernel), the least such a step takes"] if floor else []
+    if eager is not None:
+        parts.append("decode steps are launched eagerly" if eager == 1 else
+                     f"decode steps replay CUDA graphs up to {eager - 1} sequences, eager beyond (the host issuing "
+                     f"their kernels in {step.host_floor_s(True, eager) * 1e3:.2f} ms)")
+    return f"{role}launches: " + "; ".join(parts)
 
 
 def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | None, ranks: int) -> list[str]:

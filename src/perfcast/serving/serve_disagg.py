@@ -73,7 +73,7 @@ def pools_of(spec) -> Pools:
 
 
 def serve_disagg(spec):
-    from perfcast.serving.serve import ServeReport, _rank_devices, mean_load, unpriced_note
+    from perfcast.serving.serve import ServeReport, _rank_devices, launch_note, mean_load, unpriced_note
 
     d = spec.disagg
     p = pools_of(spec)
@@ -120,7 +120,9 @@ def serve_disagg(spec):
             "prefill_kv_capacity_tokens": pkv.capacity_tokens, "splits": chosen}
     notes = (f"disaggregated: {x} prefill instance(s) of {pdep.layout.describe()} → {y} decode instance(s) of "
              f"{ddep.layout.describe()}; KV transfer {one.seconds * 1e3:.3f} ms at the mean input over {one.source}",
-             *(n for n in (unpriced_note(pstep, "prefill pool's "), unpriced_note(dstep, "decode pool's ")) if n))
+             *(n for n in (launch_note(pstep, "prefill pool's ", decode=False),
+                           launch_note(dstep, "decode pool's ", prefill=False),
+                           unpriced_note(pstep, "prefill pool's "), unpriced_note(dstep, "decode pool's ")) if n))
     return ServeReport(spec, dsched, dkv, dmem, 1, dstep.source, results, trace, notes, info)
 
 

@@ -106,6 +106,7 @@ class _Part:
     dense: object   # (B) or (B, S) -> s
     attention: object  # (B, C) or (B, S, C) -> s
     head: object | None  # prefill: (B) -> s
+    host: float = 0.0  # the host's issue time of the step's launches (eager; else 0): the step is at least this
 
 
 class StepModel:
@@ -129,6 +130,7 @@ class StepModel:
         (self._decode, self._prefill, self._dense_decode, self._dense_prefill, self._head,
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
+        self._host_decode, self._host_prefill = self._host_table(self._decode), self._host_table(self._prefill)
         self._decode_rows: dict[tuple, list[float]] = {}
         self._prefill_rows: dict[tuple, list[float]] = {}
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
@@ -175,6 +177,15 @@ class StepModel:
                                     pm, decode), tokens)
         return out
 
+    def _host_table(self, parts: dict) -> list[float]:
+        """The host's issue time of the step's launches at every token count 1..max_tokens (0 where
+        a CUDA graph replays it): an eager step takes at least that long (:mod:`perfcast.rollup.fast`)."""
+        out = [0.0] * (self.max_tokens + 1)
+        for part, tokens in parts.values():
+            for t in tokens:
+                out[t] = part.host
+        return out
+
     @staticmethod
     def _parts(r, pm, decode: bool) -> _Part:
         B, S, C = sympy.Symbol("B"), sympy.Symbol("S"), sympy.Symbol("C")
@@ -192,9 +203,13 @@ class StepModel:
                 dense.append(t)
         mods = [pm.numpy_functions(), "numpy"]
         args = (B,) if decode else (B, S)
+        host = sympy.sympify(r.host_issue_s)
+        if host.free_symbols:
+            raise ValueError(f"the host's issue time of a step depends on {sorted(map(str, host.free_symbols))}")
         return _Part(dense=sympy.lambdify(args, sympy.Add(*dense), modules=mods),
                      attention=sympy.lambdify((*args, C), sympy.Add(*attention), modules=mods),
-                     head=None if decode else sympy.lambdify((B,), sympy.Add(*head), modules=mods))
+                     head=None if decode else sympy.lambdify((B,), sympy.Add(*head), modules=mods),
+                     host=float(pm.realize(host)))
 
     def _table(self, parts: dict, decode: bool) -> list[float]:
         """The dense part at every token count 1..max_tokens (index = tokens)."""
@@ -262,29 +277,37 @@ class StepModel:
         if not mix.chunks:  # decodes alone: the engine's decode step
             t = self._dense_decode[tokens]
             if k == 0:
-                return t + self.attention_decode_s(d, mean, tokens)
-            return t + self.attention_prefill_s(d, 1 + k, mean, tokens)
+                return max(t + self.attention_decode_s(d, mean, tokens), self._host_decode[tokens])
+            return max(t + self.attention_prefill_s(d, 1 + k, mean, tokens), self._host_decode[tokens])
         t = self._dense_prefill[tokens] + self._head[mix.sequences]
         if d:
             t += self.attention_decode_s(d, mean, tokens) if k == 0 else \
                 self.attention_prefill_s(d, 1 + k, mean, tokens)
         for c in mix.chunks:
             t += self.attention_prefill_s(1, c.tokens, c.past, tokens)
-        return t
+        return max(t, self._host_prefill[tokens])
+
+    def host_floor_s(self, decode: bool, tokens: int) -> float:
+        """The host's issue time of the launches of a step of ``tokens`` (0 where a CUDA graph
+        replays it): an eager step takes at least this long."""
+        return (self._host_decode if decode else self._host_prefill)[tokens]
 
     def decode_s(self, decodes: int, context: int) -> float:
         """``step_s(Mix(decodes, context))`` without building the mix (the fast-forward's price)."""
         if decodes == 0 or decodes > self.max_tokens:
             return self.step_s(Mix(decodes, context))
-        return self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes)
+        return max(self._dense_decode[decodes] + self.attention_decode_s(decodes, context / decodes, decodes),
+                   self._host_decode[decodes])
 
-    def decode_row(self, decodes: int, context: float) -> tuple[float, list[float]] | None:
-        """``(dense, row)``: ``decode_s(decodes, x) = dense + (row[i] + f · (row[i + 1] − row[i]))``,
-        ``i, f`` the grid cell of ``x / decodes``, for contexts ``x ≤ context``; None: not from a row."""
+    def decode_row(self, decodes: int, context: float) -> tuple[float, list[float], float] | None:
+        """``(dense, row, host)``: ``decode_s(decodes, x) = max(dense + (row[i] + f · (row[i + 1] −
+        row[i])), host)``, ``i, f`` the grid cell of ``x / decodes``, for contexts ``x ≤ context``;
+        None: not from a row."""
         if decodes == 0 or decodes > self.max_tokens:
             return None
         self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
-        return self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[(True, decodes)]))]
+        return (self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[(True, decodes)]))],
+                self._host_decode[decodes])
 
     @cached_property
     def _arrays(self) -> tuple:
@@ -297,7 +320,8 @@ class StepModel:
                 ix[tokens] = len(parts)
                 parts.append(part)
             index.append(ix)
-        return np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index
+        return (np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index,
+                np.asarray(self._host_decode), np.asarray(self._host_prefill))
 
     def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray:
         """:meth:`step_s` elementwise (:class:`~perfcast.serving.types.StepCostArray`): the same
@@ -311,7 +335,7 @@ class StepModel:
         if top > self.max_tokens:
             raise UserError(f"a step of {top} tokens exceeds the {self.max_tokens} the step model was "
                             f"compiled for (raise --max-num-tokens' bound or lower the batch)")
-        dense_decode, dense_prefill, head, parts, decode_ix, prefill_ix = self._arrays
+        dense_decode, dense_prefill, head, parts, decode_ix, prefill_ix, host_decode, host_prefill = self._arrays
         mean = np.divide(ctx, d, out=np.zeros(d.shape), where=d > 0)
         mixed, has = c > 0, d > 0
         out = np.where(mixed, dense_prefill[tokens] + head[d + c], dense_decode[tokens])
@@ -322,6 +346,7 @@ class StepModel:
                                          mean[has])
         out[mixed] += c[mixed] * prefill_on_grid(parts, prefill_ix[tokens[mixed]], np.ones(mixed.sum(), np.int64),
                                                   t[mixed], p[mixed])
+        out = np.maximum(out, np.where(mixed, host_prefill[tokens], host_decode[tokens]))
         out[tokens == 0] = 0.0
         return out.reshape(shape)
 
@@ -343,13 +368,13 @@ class StepModel:
                     continue
                 dm, cm, sm, pm_ = d[m], mean[m], s[m], p[m]
                 if decode:
-                    out[m] = part.dense(dm) + part.attention(dm, cm)
+                    out[m] = np.maximum(part.dense(dm) + part.attention(dm, cm), part.host)
                     continue
                 t = part.dense(one := np.ones_like(sm), dm + sm) + part.head(dm + 1) + part.attention(one, sm, pm_)
                 has = dm > 0
                 if has.any():
                     t = np.where(has, t + decode_attention(self._decode, tokens[m], dm, cm), t)
-                out[m] = t
+                out[m] = np.maximum(t, part.host)
         return out
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from perfcast.capture.cache import Unreadable, read_entry, versions, write_entry
 
-FORMAT = 1  # bump when an entry's fields or their meaning change
+FORMAT = 2  # bump when an entry's fields or their meaning change
 MAGIC = "perfcast step cache"
 SUFFIX = ".json.gz"
 
@@ -200,7 +200,7 @@ def encode(compiled: tuple, pm) -> dict:
     decode, prefill, dense_decode, dense_prefill, head, unpriced = compiled
 
     def groups(parts: dict) -> list[dict]:
-        return [{"key": json.loads(json.dumps(key, default=str)), "runs": _runs(tokens),
+        return [{"key": json.loads(json.dumps(key, default=str)), "runs": _runs(tokens), "host": float(part.host),
                  **{name: source_of(fn) for name, fn in
                     (("dense", part.dense), ("attention", part.attention), ("head", part.head)) if fn is not None}}
                 for key, (part, tokens) in parts.items()]
@@ -213,7 +213,7 @@ def encode(compiled: tuple, pm) -> dict:
 
 def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
     """The inverse of :func:`encode`, the sources compiled by :func:`compiled`; ``part``: the
-    step model's part type, built from (dense, attention, head)."""
+    step model's part type, built from (dense, attention, head, host)."""
     calibration = getattr(pm, "calibration", None)
     if calibration is not None:
         calibration.restore(doc["fits"])
@@ -226,7 +226,7 @@ def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
         for g in groups:
             fn = {k: compiled(g[k], names) for k in (("dense", "attention") if decoding else
                                                      ("dense", "attention", "head"))}
-            out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head")),
+            out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head"), float(g["host"])),
                                       [t for a, b in g["runs"] for t in range(int(a), int(b) + 1)])
         return out
 
