@@ -386,11 +386,18 @@ def test_sensitivity_signs_and_the_inverse_question_of_the_document():
 
 
 def test_the_fewest_devices_for_a_tpot():
-    rc, out, err = run_cli("sensitivity", "llama-3.1-8b", "--concurrency", "8", "--isl", "256", "--osl", "16",
-                           "--solve", "devices", "--tpot", "0.005", "--json", timeout_s=SLOW_S)
-    assert rc == 0, err
-    sol = json.loads(out)["solution"]
-    assert sol["found"] and sol["value"] in (2, 4, 8) and sol["closed_form"]["tpot_s"] <= 0.005
+    def solve(tpot):
+        rc, out, err = run_cli("sensitivity", "llama-3.1-8b", "--concurrency", "8", "--isl", "256", "--osl", "16",
+                               "--solve", "devices", "--tpot", str(tpot), "--json", timeout_s=SLOW_S)
+        assert rc == 0, err
+        return json.loads(out)["solution"]
+
+    sol = solve(0.008)
+    assert sol["found"] and sol["value"] in (2, 4, 8) and sol["closed_form"]["tpot_s"] <= 0.008
+    # TensorRT-LLM's eager 256-token prefill waits on its host (10.2 ms at any TP), and each request's
+    # 15 gaps take in 7 other prompts: no tensor-parallel size reaches 5 ms, and the answer says so
+    sol = solve(0.005)
+    assert not sol["found"] and "no tensor-parallel size up to 64 meets tpot_s ≤ 0.005 s" in sol["reason"]
 
 
 @pytest.mark.parametrize("argv, words", [
