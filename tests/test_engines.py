@@ -414,3 +414,10 @@ def test_the_serving_engines_host_intervals_are_their_own():
     for name, h in want.items():
         got = get_engine(name).launch.host_launch_interval_s["NVIDIA"]
         assert got.value_s == h and got.source
+
+
+def test_engines_shows_each_profiles_host_time_per_eager_kernel():
+    rc, out, _ = run_cli("engines")
+    assert rc == 0 and "host per eager" in out and "NVIDIA 57.19 µs" in out
+    rc, out, _ = run_cli("engines", "trtllm")
+    assert rc == 0 and "host per eager kernel, NVIDIA: 35 µs" in out and "TensorRT-LLM PR #12653" in " ".join(out.split())

@@ -91,6 +91,8 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
     db = f"{p.database.framework} {p.database.version}" if p.database else "none (analytic only)"
     console.print(f"vendors {', '.join(p.vendors)}; profiling database {db}; launch: prefill "
                   f"{_launch(p.launch.prefill)}, decode {_launch(p.launch.decode)}")
+    for vendor, h in p.launch.host_launch_interval_s.items():
+        console.print(f"host per eager kernel, {vendor}: {h.value_s * 1e6:g} µs — {h.source}")
     t = Table(title=f"{p.name} rules (applied in this order; ops no rule claims: {p.leftover.memory})")
     for col in ("#", "rule", "matches", "kernel", "source"):
         t.add_column(col, overflow="fold")
@@ -140,12 +142,13 @@ def run(args) -> int:
     check(rows)
     t = Table(title="Engines (perfcast engines NAME shows one profile's rules and sources)")
     for col in ("name", "framework", "vendors", "database", "prefill launch", "decode launch",
-                "rules", "default on"):
+                "host per eager kernel", "rules", "default on"):
         t.add_column(col, overflow="fold")
     for r in rows:
         db = r["database"]
+        host = ", ".join(f"{v} {h * 1e6:g} µs" for v, h in r["host_launch_interval_s"].items()) or "—"
         t.add_row(r["name"], f"{r['framework']} {r['version']}", ", ".join(r["vendors"]),
                   f"{db['framework']} {db['version']}" if db else "—", r["launch"]["prefill"],
-                  r["launch"]["decode"], str(r["rule_count"]), ", ".join(r["default_on"]) or "—")
+                  r["launch"]["decode"], host, str(r["rule_count"]), ", ".join(r["default_on"]) or "—")
     Console(width=max(160, Console().width)).print(t)
     return 0
