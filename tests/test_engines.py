@@ -421,3 +421,14 @@ def test_engines_shows_each_profiles_host_time_per_eager_kernel():
     assert rc == 0 and "host per eager" in out and "NVIDIA 57.19 µs" in out
     rc, out, _ = run_cli("engines", "trtllm")
     assert rc == 0 and "host per eager kernel, NVIDIA: 35 µs" in out and "TensorRT-LLM PR #12653" in " ".join(out.split())
+
+
+def test_sglang_captures_512_sequence_graphs_on_every_device_of_160_gb_or_more():
+    # server_args.py sets cuda_graph_max_bs by the GPU's memory: 512 from 160 GB (B200, MI300 and up)
+    decode = get_engine("sglang").launch.decode
+    for device in device_names():
+        spec = get_device(device).spec
+        if spec.vendor not in ("NVIDIA", "AMD") or device == "cpu-local":
+            continue
+        if spec.datasheet.hbm_capacity_bytes >= 160e9:
+            assert decode.capture_limit(device) == 512, device
