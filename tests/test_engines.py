@@ -62,7 +62,7 @@ def run_cli(*argv) -> tuple[int, str, str]:
 # -- the profiles as data -------------------------------------------------------------------------
 
 def test_every_shipped_profile_loads_and_cites_its_sources():
-    assert engine_names() == ["eager", "eager-static", "sglang", "trtllm", "vllm", "vllm-ascend", "xla"]
+    assert engine_names() == ["eager", "eager-static", "sglang", "trtllm", "trtllm-cpp", "vllm", "vllm-ascend", "xla"]
     for name in engine_names():
         p = get_engine(name)
         assert p.name == name and p.framework and p.version

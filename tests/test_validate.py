@@ -441,8 +441,9 @@ def test_static_cases_price_the_whole_batch_prefill(static_rows):
         "llama-2-7b", "h100-sxm", "fp8", "fp16", "fp8")
     assert silicon.phases(c) == (True, False)
     assert point_of(c, True) == (84, 2048 + 128 // 2) and point_of(c, False) == (84, 2048)  # all 84 prompts at once
+    assert c.engine == "trtllm-cpp"  # TensorRT-LLM 0.9.0: the C++ runtime (mapping.yaml backends by_version)
     assert command(c) == ("perfcast text-generate llama-2-7b --device h100-sxm --decode --num-queries 84 "
-                          "--context-length 2112 --dtype fp16 --quantize fp8 --kv-cache-dtype fp8")
+                          "--context-length 2112 --engine trtllm-cpp --dtype fp16 --quantize fp8 --kv-cache-dtype fp8")
     first = silicon.map_row(static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"])
     assert first.predictable and silicon.phases(first) == (False,) and point_of(first, False) == (1, 2048)
     bad = silicon.map_row({**static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"],
@@ -457,7 +458,7 @@ def test_static_time_per_token_and_prediction(static_rows):
     first = silicon.map_row(static_rows["Low Latency, H100 GPUs (FP8): LLaMA 7B: b1 tp1 2048/1"])
     prices = price([c, first], ("analytic",), baseline=False)
     d, p = prices.of(c, True)["analytic"], prices.of(c, False)["analytic"]
-    ref = _simulate(Group("llama-2-7b", "h100-sxm", "fp8", Layout(), "trtllm", False, "fp16", "fp8"),
+    ref = _simulate(Group("llama-2-7b", "h100-sxm", "fp8", Layout(), "trtllm-cpp", False, "fp16", "fp8"),
                     (84, 2048), ["analytic"])["analytic"]
     assert p.seconds == pytest.approx(ref.seconds, rel=1e-12)  # the batch's prefill is simulate's number
     pred = {x.case.id: x for x in predict([c, first], prices, ("analytic",))["analytic"]}
@@ -587,6 +588,6 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
                 assert r[f"{m} ttft_ms"] > 0 and r[f"{m} decode-step tpot_ms"] is None
                 continue
             assert r[f"{m} decode-step tpot_ms"] > 0 and r[f"{m} steady-state tpot_ms"] >= r[f"{m} decode-step tpot_ms"]
-        assert r["command"].startswith("perfcast text-generate ") and r["engine"] in ("trtllm", "vllm", "sglang")
+        assert r["command"].startswith("perfcast text-generate ") and r["engine"] in ("trtllm", "trtllm-cpp", "vllm", "sglang")
     assert all(r["refused"] for r in records if not r["command"])
     assert doc["points"]["closed-form points"] > 0 and doc["timings_s"]["price"] > 0

@@ -310,7 +310,7 @@ def map_row(row: dict) -> Case:
     engine = t["backends"].get(base.backend)
     if engine is None:
         return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
-    base = replace(base, engine=engine["engine"])
+    base = replace(base, engine=engine.get("by_version", {}).get(base.backend_version, engine["engine"]))
     if base.mode not in MODES:
         return replace(base, reason=f"unknown mode {base.mode!r} (expected {', '.join(MODES)})")
     first_token_only = base.mode == "static" and base.osl == 1 and math.isfinite(base.ttft_ms)
