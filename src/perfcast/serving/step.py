@@ -275,10 +275,9 @@ class StepModel:
         d, k = mix.decodes, mix.draft
         mean = mix.decode_context / d if d else 0.0
         if not mix.chunks:  # decodes alone: the engine's decode step
-            t = self._dense_decode[tokens]
-            if k == 0:
-                return max(t + self.attention_decode_s(d, mean, tokens), self._host_decode[tokens])
-            return max(t + self.attention_prefill_s(d, 1 + k, mean, tokens), self._host_decode[tokens])
+            t = self._dense_decode[tokens] + (self.attention_decode_s(d, mean, tokens) if k == 0 else
+                                              self.attention_prefill_s(d, 1 + k, mean, tokens))
+            return max(t, self._host_decode[tokens])
         t = self._dense_prefill[tokens] + self._head[mix.sequences]
         if d:
             t += self.attention_decode_s(d, mean, tokens) if k == 0 else \
