@@ -171,15 +171,19 @@ def test_a_batch_limit_below_one_is_refused_as_the_engine_refuses_it():
 def test_the_grid_keeps_the_points_shape_and_solves_each_state_once():
     grid = closed_loop_grid(STEP, EngineConfig(max_batch=32), np.array([100, 200])[:, None], 50, np.arange(1, 101))
     assert grid.ttft_s.shape == (2, 100)
-    assert grid.states == 2 * 32  # held = min(C, 32): 32 states per prompt length
-    assert math.isclose(grid.requests_per_s[0, -1], grid.requests_per_s[0, 31], rel_tol=1e-12)
+    # per prompt length: the full engine (32), then each C that does not fill it (C ≤ 32, with the
+    # requests on their way in)
+    assert grid.states == 2 * (1 + 32)
+    assert math.isclose(grid.requests_per_s[0, -1], grid.requests_per_s[0, 32], rel_tol=1e-12)
 
 
 def test_worked_example_on_a_grid():
     """docs/design/serving.md, "The grid form": the worked example's C = 8 and C = 12 in one call —
-    TPOT 15 ms both, TTFT 30 ms and 0.27 s, X = 50/3 req/s both."""
+    TPOT 14.822 and 15 ms, TTFT 44.799 ms and 0.27 s, X = 16.345 and 50/3 req/s."""
     grid = closed_loop_grid(AffineStep(0.00925, 1e-4), EngineConfig(max_batch=8), isl=200, osl=31,
                             concurrency=np.array([8, 12]))
-    assert grid.tpot_s == pytest.approx([0.015, 0.015], rel=REL)
-    assert grid.ttft_s == pytest.approx([0.03, 0.27], rel=REL)
-    assert grid.requests_per_s == pytest.approx([50 / 3, 50 / 3], rel=REL)
+    r = (math.sqrt(229360) - 132) / 1432
+    tau = (9.25 + 23 * r) / 1e3
+    assert grid.tpot_s == pytest.approx([tau, 0.015], rel=REL)
+    assert grid.ttft_s == pytest.approx([tau + (29.25 + 3 * r) / 1e3, 0.27], rel=REL)
+    assert grid.requests_per_s == pytest.approx([r / tau, 50 / 3], rel=REL)

@@ -96,7 +96,7 @@ def _example():
     points = []
     for tp, step in STEPS.items():
         for b in (1, 4, 16):
-            sched = scheduler_config("vllm", max_batch_size=b)
+            sched = scheduler_config("vllm", max_batch_size=b, overlap=False)
             kv = sched.kv_cache(100_000)
             eng = meanfield.EngineConfig("vllm", b, sched.max_num_tokens, True, kv.capacity_tokens, devices=tp)
             p = Point(Candidate("agg", "example", None, Layout(tp=tp), b, replicas=BUDGET // tp), "ok",
@@ -112,7 +112,7 @@ def _simulate(points: list[Point]) -> None:
     """The event simulation of the example's candidates: 8 × batch requests, the first round warm-up."""
     for p in points:
         b, tp = p.candidate.batch, p.candidate.layout.tp
-        sched = scheduler_config("vllm", max_batch_size=b)
+        sched = scheduler_config("vllm", max_batch_size=b, overlap=False)
         work = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=8 * b, concurrency=b)
         p.simulation, _ = simulate(STEPS[tp], sched.kv_cache(100_000), sched, work, devices=tp)
 
@@ -146,11 +146,11 @@ def test_the_worked_example_front_best_and_runners_up_are_the_documents():
 
 
 def test_no_best_is_named_when_the_simulation_meets_no_slo():
-    # TTFT ≤ 20 ms: 1×tp2 b4 and b16 meet it in closed form (12.12, 12.47 ms), but the simulation
+    # TTFT ≤ 25 ms: 1×tp2 b4 and b16 meet it in closed form (18.69, 20.78 ms), but the simulation
     # keeps the clients in step and every round's prompts share one step (30, 102 ms)
     points, _ = _example()
     points = [p for p in points if p.candidate.batch >= 4]
-    slo = SLO(ttft_s=0.020, tpot_s=0.012)
+    slo = SLO(ttft_s=0.025, tpot_s=0.012)
     for p in points:
         p.on_front, p.simulation = False, None
         p.status = "ok" if meets(slo, p.figures()) else "slo"

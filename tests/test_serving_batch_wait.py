@@ -24,8 +24,9 @@ STEP = AffineStep(fixed_s=0.010, per_token_s=0.001)  # a step of T tokens: 10 + 
 
 def _run(batch_wait, isl1=10, third=False):
     """R0 (prompt 10, 6 tokens out) at t = 0; R1 (prompt ``isl1``, 3 out) at 0.5 ms, while R0's
-    prompt runs; with ``third``, R2 (prompt 10, 2 out) at 70 ms. TRT-LLM, a 100-token step budget."""
-    sched = scheduler_config("trtllm", max_num_tokens=100, batch_wait=batch_wait)
+    prompt runs; with ``third``, R2 (prompt 10, 2 out) at 70 ms. TRT-LLM, a 100-token step budget,
+    a synchronous loop (an arrival joins the next step; docs/design/serving.md, "Overlap scheduling")."""
+    sched = scheduler_config("trtllm", max_num_tokens=100, batch_wait=batch_wait, overlap=False)
     arrivals, isl, osl = (0.0, 0.0005), (10, isl1), (6, 3)
     if third:
         arrivals, isl, osl = arrivals + (0.070,), isl + (10,), osl + (2,)

@@ -22,28 +22,51 @@ STEP = AffineStep(fixed_s=0.00925, per_token_s=1e-4)
 ENGINE = EngineConfig(policy="vllm", max_batch=8)
 
 
+def _root_c8() -> float:
+    """docs/design/serving.md: C = 8 with one step of take-in lag, 716 r² + 132 r − 74 = 0."""
+    return (math.sqrt(229360) - 132) / 1432
+
+
 def test_worked_example_closed_loop():
-    """docs/design/serving.md: isl 200, osl 31, step 9.25 ms + 0.1 ms/token, 8 slots.
-    At C = 8 the root is r = 0.25 prompts per step: d = 0.25 · 30 = 7.5 decodes,
-    τ = 9.25 + 0.1 · 7.5 + 0.25 · (0.1 · 200) = 10 + 5 = 15 ms = TPOT,
-    TTFT = 10 + 20 = 30 ms (one step carrying the whole prompt), X = 0.25 / 0.015 = 50/3 req/s,
-    in flight d + X · TTFT = 7.5 + 0.5 = 8 = C, and the identity 8 / (0.030 + 30 · 0.015) = 8 / 0.48."""
+    """docs/design/serving.md: isl 200, osl 31, step 9.25 ms + 0.1 ms/token, 8 slots, a synchronous
+    loop (L = 1). The full engine (r = 0.25, 8 in flight) needs 8.25 clients: at C = 8 the engine
+    holds 8 − r, r = 0.24226 solving 716 r² + 132 r − 74 = 0; τ = 9.25 + 23 r = TPOT, TTFT = τ (the
+    step a request sent on a completion waits) + 29.25 + 3 r (one step carrying the whole prompt)."""
+    r0 = _root_c8()
+    tau = (9.25 + 23 * r0) / 1e3
     r = closed_loop(STEP, ENGINE, Workload(200, 31, concurrency=8))
-    assert r.tpot_s.mean == pytest.approx(0.015, rel=REL)
-    assert r.ttft_s.mean == pytest.approx(0.030, rel=REL)
-    assert r.e2e_s.mean == pytest.approx(0.48, rel=REL)
-    assert r.requests_per_s == pytest.approx(50 / 3, rel=REL)
-    assert r.output_tokens_per_s == pytest.approx(50 / 3 * 31, rel=REL)   # 516.67 tokens/s
-    assert r.mean_batch == pytest.approx(8.0, rel=REL)
+    assert r0 == pytest.approx(0.24226, abs=5e-6)
+    assert r.tpot_s.mean == pytest.approx(tau, rel=REL)
+    assert r.ttft_s.mean == pytest.approx(tau + (29.25 + 3 * r0) / 1e3, rel=REL)
+    assert r.ttft_s.mean == pytest.approx(0.044799, abs=5e-7)
+    assert r.requests_per_s == pytest.approx(r0 / tau, rel=REL)     # 16.345 req/s
+    assert r.e2e_s.mean == pytest.approx(8 / (r0 / tau), rel=REL)
+    assert r.mean_batch == pytest.approx(8 - r0, rel=REL)
 
 
 def test_worked_example_queued_clients():
-    """C = 12 > 8 slots: the engine state is C = 8's; the other 4 wait W = 4 / (50/3) = 0.24 s,
-    TTFT = 0.24 + 0.03 = 0.27 s, X = 12 / (0.27 + 30 · 0.015) = 12 / 0.72 = 50/3 req/s."""
+    """C = 12 ≥ 8.25: the full engine's state (r = 0.25, τ = 15 ms, TTFT service 30 ms); the other
+    12 − 8 − 0.25 wait W = 3.75 / (50/3) = 0.225 s, TTFT = 0.225 + 0.015 + 0.03 = 0.27 s,
+    X = 12 / (0.27 + 30 · 0.015) = 12 / 0.72 = 50/3 req/s."""
     r = closed_loop(STEP, ENGINE, Workload(200, 31, concurrency=12))
+    assert r.tpot_s.mean == pytest.approx(0.015, rel=REL)
     assert r.ttft_s.mean == pytest.approx(0.27, rel=REL)
     assert r.requests_per_s == pytest.approx(50 / 3, rel=REL)
+    assert r.output_tokens_per_s == pytest.approx(50 / 3 * 31, rel=REL)   # 516.67 tokens/s
     assert max_load(STEP, ENGINE, Workload(200, 31)).requests_per_s == pytest.approx(50 / 3, rel=REL)
+
+
+def test_overlap_scheduling_adds_a_step_to_the_wait():
+    """L = 2 (overlap scheduling): C = 12 ≥ 8 + 2 · 0.25 still fills the engine; W = 3.5 / (50/3)
+    = 0.21 s and TTFT = 0.21 + 2 · 0.015 + 0.03 = 0.27 s — the lag's step moves out of the queue."""
+    two = replace(ENGINE, take_in_lag=2)
+    assert closed_loop(STEP, two, Workload(200, 31, concurrency=12)).ttft_s.mean == pytest.approx(0.27, rel=REL)
+    eight = closed_loop(STEP, two, Workload(200, 31, concurrency=8))
+    one = closed_loop(STEP, ENGINE, Workload(200, 31, concurrency=8))
+    assert eight.ttft_s.mean > one.ttft_s.mean and eight.requests_per_s < one.requests_per_s
+    assert eight.requests_per_s * eight.e2e_s.mean == pytest.approx(8, rel=1e-12)
+    with pytest.raises(UserError, match="take_in_lag 3"):
+        replace(ENGINE, take_in_lag=3)
 
 
 engines = st.builds(
@@ -67,13 +90,16 @@ def test_closed_loop_identity(engine, step, isl, osl, c, hit):
 
 @pytest.mark.parametrize("policy", ["vllm", "sglang", "trtllm"])
 def test_more_clients_more_throughput_until_saturation(policy):
-    """Throughput rises with C until the 32 slots fill, then stays; TTFT never falls."""
+    """Throughput rises with C until the 32 slots fill (with the requests on their way in, C ≥ 32 +
+    L r: 33 here), then stays; TTFT never falls."""
     engine = EngineConfig(policy=policy, max_batch=32)
     step = AffineStep(0.008, 5e-5, 1e-8)
     runs = [closed_loop(step, engine, Workload(1000, 200, concurrency=c)) for c in range(1, 65)]
     x = [r.requests_per_s for r in runs]
-    assert all(b > a for a, b in zip(x[:31], x[1:32]))
-    assert all(b == pytest.approx(x[31], rel=REL) for b in x[32:])
+    full = next(i for i, r in enumerate(runs) if r.mean_batch >= 32 * (1 - 1e-12))
+    assert full == 32   # C = 33
+    assert all(b > a for a, b in zip(x[:full], x[1:full + 1]))
+    assert all(b == pytest.approx(x[full], rel=REL) for b in x[full + 1:])
     assert all(b.ttft_s.mean >= a.ttft_s.mean * (1 - 1e-12) for a, b in zip(runs, runs[1:]))
 
 

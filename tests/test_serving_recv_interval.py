@@ -25,8 +25,9 @@ STEP = AffineStep(fixed_s=0.010, per_token_s=0.001)  # a step of T tokens: 10 + 
 
 
 def _run(interval: int):
-    """R0 (10 in, 6 out) at 0, R1 (10 in, 3 out) at 25 ms, R2 (10 in, 2 out) at 60 ms, on SGLang."""
-    s = scheduler_config("sglang", recv_interval=interval)
+    """R0 (10 in, 6 out) at 0, R1 (10 in, 3 out) at 25 ms, R2 (10 in, 2 out) at 60 ms, on SGLang with a
+    synchronous loop (docs/design/serving.md, "Overlap scheduling")."""
+    s = scheduler_config("sglang", recv_interval=interval, overlap=False)
     w = Workload(trace=Trace((0.0, 0.025, 0.060), (10, 10, 10), (6, 3, 2)), num_requests=3, warmup=0)
     return simulate(STEP, s.kv_cache(100_000), s, w, trace=True)
 
@@ -71,7 +72,8 @@ def test_the_closed_form_adds_the_wait_and_agrees_with_the_simulation():
     # (N − 1) / 2 decode steps, as the closed form's does
     w = Workload(Lengths("uniform", 800, 1024), Lengths("uniform", 800, 1024), concurrency=16, num_requests=320,
                  seed=1)
-    engine = meanfield.EngineConfig(policy="sglang", max_batch=4096, max_num_tokens=8192, kv_capacity_tokens=10**6)
+    engine = meanfield.EngineConfig(policy="sglang", max_batch=4096, max_num_tokens=8192, kv_capacity_tokens=10**6,
+                                    take_in_lag=2)   # SGLang's overlap schedule, as the simulation's profile
     load = meanfield.Workload(isl=912, osl=912, concurrency=16)
     step = AffineStep(fixed_s=0.010, per_token_s=2e-5)
     for n in (1, 10, 30):

@@ -77,6 +77,12 @@ def add_parser(sub) -> None:
     s.add_argument("--scheduler-recv-interval", type=count(), metavar="N",
                    help="SGLang --scheduler-recv-interval: take in new requests once every N decode steps (and "
                         "after each prefill; default 1: every step)")
+    s.add_argument("--overlap-scheduling", action="store_true", default=None,
+                   help="the loop runs a step ahead of the device, a request sent on a step's outputs taken in two "
+                        "steps later (default for SGLang, TensorRT-LLM's PyTorch flow and vLLM ≥ 0.14)")
+    s.add_argument("--no-overlap-scheduling", dest="overlap_scheduling", action="store_false",
+                   help="a synchronous loop: SGLang --disable-overlap-schedule, TensorRT-LLM "
+                        "disable_overlap_scheduler, vLLM --no-async-scheduling (vLLM's default before 0.14)")
     s.add_argument("--memory-fraction", type=Number(positive=True, maximum=1, why="a share"), metavar="F",
                    help="the engine's memory share for the KV cache: vLLM --gpu-memory-utilization, SGLang "
                         "--mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction (default: the engine's own)")
@@ -272,7 +278,8 @@ def run(args) -> int:
                      disagg=None if dis is None else Disagg(replace(dep, layout=dis[0]), router=args.router, **dis[1]),
                      batch_wait=None if args.batch_wait_iters is None and args.batch_wait_max_tokens_ratio is None
                      else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0),
-                     memory_fraction=args.memory_fraction, recv_interval=args.scheduler_recv_interval)
+                     memory_fraction=args.memory_fraction, recv_interval=args.scheduler_recv_interval,
+                     overlap=args.overlap_scheduling)
     from perfcast.cli.progress import progress
 
     with progress(args, f"serving {args.model}: compiling the step model, simulating"):

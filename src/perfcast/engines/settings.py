@@ -84,6 +84,10 @@ class SchedulerSection(_Strict):
     #: SGLang ``--scheduler-recv-interval``: the scheduler takes in new requests once every that many
     #: decode steps (and after every other step)
     recv_interval: CountSetting | None = None
+    #: the scheduler runs one step ahead of the device (SGLang's overlap schedule, TensorRT-LLM's
+    #: overlap scheduler, vLLM's async scheduling): a step's outputs are handled after the next step
+    #: is launched, so a request sent on them is taken in a step later than a synchronous loop takes it
+    overlap: FlagSetting | None = None
 
     @model_validator(mode="after")
     def _choices(self):

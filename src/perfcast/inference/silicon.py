@@ -89,6 +89,7 @@ class Case:
     memory_fraction: float | None = None  # its engine memory fraction
     engine_options: tuple[tuple[str, str], ...] = ()  # its engine options (e.g. TensorRT-LLM's MoE backend)
     recv_interval: int | None = None      # its SGLang --scheduler-recv-interval
+    overlap: bool | None = None           # its engine's overlap scheduling (None: the profile's default)
 
     @property
     def num_queries(self) -> int:
@@ -284,6 +285,16 @@ def _dp_attention(row: dict) -> tuple[dict, str | None]:
     return row, None
 
 
+def _version(text: str):
+    """A release version (``0.12.0``, ``1.2.0rc6.post1``), or None for anything else (a nightly tag)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
@@ -311,6 +322,12 @@ def map_row(row: dict) -> Case:
     if engine is None:
         return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
     base = replace(base, engine=engine.get("by_version", {}).get(base.backend_version, engine["engine"]))
+    sync = engine.get("synchronous_before")
+    if sync and _version(base.backend_version) is not None and _version(base.backend_version) < _version(
+            sync["version"]):
+        base = replace(base, overlap=False, notes=base.notes + (
+            f"{base.backend} {base.backend_version} < {sync['version']}: a synchronous scheduling loop "
+            f"({sync['source']})",))
     if base.mode not in MODES:
         return replace(base, reason=f"unknown mode {base.mode!r} (expected {', '.join(MODES)})")
     first_token_only = base.mode == "static" and base.osl == 1 and math.isfinite(base.ttft_ms)

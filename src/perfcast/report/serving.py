@@ -60,7 +60,8 @@ def to_json(report) -> dict:
         "scheduler": {"policy": sched.policy, "max_batch_size": sched.max_num_seqs,
                       "max_num_tokens": sched.max_num_tokens, "chunked_prefill": sched.chunked_prefill,
                       "block_size_tokens": sched.block_size, "memory_fraction": sched.memory_fraction,
-                      "recv_interval": sched.recv_interval},
+                      "recv_interval": sched.recv_interval, "overlap_scheduling": sched.overlap,
+                      "take_in_lag_steps": sched.take_in_lag},
         "speculative": None if spec.speculative is None else {
             "k": spec.speculative.k, "acceptance": list(spec.speculative.acceptance),
             "expected_tokens_per_step": spec.speculative.expected_tokens_per_step},

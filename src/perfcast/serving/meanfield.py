@@ -51,7 +51,8 @@ class EngineConfig:
     ``chunked_prefill_size`` for its prefill batches), ``spec_k`` draft tokens verified per step
     with per-position acceptance rates ``acceptance`` (``len == spec_k``), ``recv_interval``
     SGLang's ``--scheduler-recv-interval`` (new requests taken in once every that many decode
-    steps)."""
+    steps), ``take_in_lag`` the steps launched before one can take in a request sent on a step's
+    outputs (:attr:`perfcast.serving.scheduler.SchedulerConfig.take_in_lag`: 1 or 2)."""
 
     policy: str = "vllm"
     max_batch: int = 256
@@ -62,12 +63,15 @@ class EngineConfig:
     spec_k: int = 0
     acceptance: tuple[float, ...] = ()
     recv_interval: int = 1
+    take_in_lag: int = 1
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise UserError(f"policy {self.policy!r}: not one of {', '.join(POLICIES)}")
         if self.recv_interval < 1 or (self.recv_interval > 1 and self.policy != "sglang"):
             raise UserError(f"recv_interval {self.recv_interval}: a positive count, above 1 only for sglang")
+        if self.take_in_lag not in (1, 2):
+            raise UserError(f"take_in_lag {self.take_in_lag}: 1 (a synchronous loop) or 2 (one step ahead)")
         for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)}: must be at least 1")
@@ -308,17 +312,25 @@ def _meets(slo: SLO | None, ttft: float, tpot: float, e2e: float) -> bool:
 
 
 def closed_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: StepCost | None = None,
-                slo: SLO | None = None) -> ServingResult:
+                slo: SLO | None = None, lag: bool = True) -> ServingResult:
     """``C = load.concurrency`` clients, each sending its next request when the last completes.
-    The engine holds ``B = min(C, B_max)`` (or fewer when the token budget fills first); the
-    other ``C − B`` wait, ``W = (C − B) / X`` by Little's law on the queue. Throughput is stated
-    by the closed-loop identity ``X = C / (TTFT + (osl − 1) · TPOT)``, exact by construction."""
+    A request sent on a completion reaches the engine ``L = take_in_lag`` steps later (``lag``
+    False: ``L = 0``, every request queued from the start): ``L · r`` requests are on their way in
+    (Little: ``X · L τ``). The engine holds the rest, ``B = C − L r``, up to ``B_max`` (or fewer when
+    the token budget fills first): the root of ``in flight(r) + L r = C``, or the full engine's
+    state, the other ``C − B − L r`` waiting ``W = (C − B − L r) / X`` by Little's law on the
+    queue. TTFT = W + L τ + the prompt's own steps. Throughput is stated by the closed-loop
+    identity ``X = C / (TTFT + (osl − 1) · TPOT)``, exact by construction."""
     if load.concurrency is None:
         raise UserError("a closed loop needs a concurrency")
     m = _Model(step, engine, load, draft)
-    st = _engine_state(m, min(load.concurrency, m.cap))
-    wait = max(load.concurrency - st.inflight, 0.0) / st.x
-    ttft, tpot = wait + st.ttft_s, st.tau_s / m.e
+    c, steps = load.concurrency, engine.take_in_lag if lag else 0
+    st = _engine_state(m, m.cap)
+    if st.inflight + steps * st.r > c:
+        r = brentq(lambda x: _state(m, x).inflight + steps * x - c, 0.0, st.r, xtol=_XTOL, rtol=_RTOL)
+        st = _state(m, r)
+    wait = max(c - st.inflight - steps * st.r, 0.0) / st.x
+    ttft, tpot = wait + steps * st.tau_s + st.ttft_s, st.tau_s / m.e
     x = load.concurrency / (ttft + (load.osl - 1) * tpot)
     good = x if _meets(slo, ttft, tpot, ttft + (load.osl - 1) * tpot) else 0.0
     notes = (f"closed loop C = {load.concurrency}: {st.inflight:.4g} in the engine, admission wait {wait:.4g} s",
@@ -332,7 +344,7 @@ def max_load(step: StepCost, engine: EngineConfig, load: Workload, *,
     requests queued at t = 0): the closed loop at ``C = B_max``, the batch filled to
     ``min(max_batch, KV capacity)``; any larger C gives the same throughput and a longer TTFT."""
     cap = _Model(step, engine, load).cap
-    r = closed_loop(step, engine, replace(load, concurrency=cap, rate_per_s=None), draft=draft)
+    r = closed_loop(step, engine, replace(load, concurrency=cap, rate_per_s=None), draft=draft, lag=False)
     return replace(r, notes=r.notes + ("max load: latencies of the closed loop at C = B_max",))
 
 
@@ -342,7 +354,8 @@ def open_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: St
     ``X_sat`` (:func:`max_load`); at or above it the result is ``stable=False`` with no latencies
     and ``sustainable_rate = X_sat``. Below it the mean field solves ``X(r) = λ`` (equivalently
     ``N = λ · E2E``, Little) and TTFT adds to the prompt's own steps half a mean step (an arrival
-    joins at the next step boundary) and the admission queue's wait, the engine taken as one
+    joins at the next step boundary; one step more where the loop runs a step ahead,
+    ``take_in_lag − 1/2`` steps) and the admission queue's wait, the engine taken as one
     server of capacity ``X_sat`` with deterministic service: Pollaczek–Khinchine for M/D/1,
     ``W = ρ / (2 X_sat (1 − ρ))``, ``ρ = λ / X_sat`` (Kleinrock 1975, Queueing Systems I, §5.6)."""
     if load.rate_per_s is None:
@@ -354,7 +367,7 @@ def open_loop(step: StepCost, engine: EngineConfig, load: Workload, *, draft: St
         return _unstable(m, sat, lam)
     st = _state(m, brentq(lambda r: _state(m, r).x - lam, 0.0, sat.r, xtol=_XTOL, rtol=_RTOL))
     rho = lam / sat.x
-    wait, base, tpot = md1_wait(rho, sat.x), st.ttft_s + st.tau_s / 2.0, st.tau_s / m.e
+    wait, base, tpot = md1_wait(rho, sat.x), st.ttft_s + (engine.take_in_lag - 0.5) * st.tau_s, st.tau_s / m.e
     good = None
     if slo is not None:
         bounds = ((slo.ttft_s, base), (slo.e2e_s, base + (load.osl - 1) * tpot))

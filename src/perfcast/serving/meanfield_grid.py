@@ -38,9 +38,8 @@ import numpy as np
 from perfcast.ir import UserError
 
 from perfcast.serving.meanfield import EngineConfig, Workload, _Model, _r_budget
+from perfcast.serving.meanfield_roots import _linear, _roots
 from perfcast.serving.types import SLO, StepCost, StepCostArray
-
-_ITERATIONS = 100  # safeguarded Newton: quadratic near the root, bisection at worst (2^-100 of a segment)
 
 
 @dataclass(frozen=True)
@@ -112,21 +111,28 @@ def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concur
     for m in models:
         m.refuse_unchunkable()
     fam = np.broadcast_to(inverse.reshape(isl.shape), shape)
-    held = np.minimum(np.broadcast_to(concurrency, shape), np.minimum(max_batch, cap[fam]))
-
-    top = int(held.max(initial=1))
-    needed = np.zeros((len(models), top + 1), dtype=bool)
-    needed[fam, held] = True
-    pair_fam, pair_held = np.nonzero(needed)
-    pair = np.zeros(needed.shape, dtype=np.int64)
-    pair[pair_fam, pair_held] = np.arange(len(pair_fam))
-    state, bound = _solve(models, step, engine, osl, draft, pair_fam, pair_held)
+    c = np.broadcast_to(concurrency, shape)
+    # the full engine of each point (its sequence limit), then, where the clients do not fill it,
+    # the state holding them less those on their way in (closed_loop's two cases)
+    full = np.minimum(max_batch, cap[fam])
+    f_fam, f_held, f_at = _pairs(fam, full, len(models))
+    tb, ends, r_budget = _tables(models, step, engine, osl, draft, f_fam, f_held)
+    state, bound = _solve(tb, ends, r_budget, f_fam, f_held, 0)
+    inflight, x_state, ttft_state, tau = (v[f_at] for v in state)
+    bound = bound[f_at]
+    lag = engine.take_in_lag
+    part = inflight + lag * x_state * tau > c
+    if part.any():
+        p_fam, p_held, p_at = _pairs(fam[part], c[part], len(models))
+        p_state, p_bound = _solve(tb, ends, r_budget, p_fam, p_held, lag)
+        for whole, v in zip((inflight, x_state, ttft_state, tau), p_state):
+            whole[part] = v[p_at]
+        bound[part] = p_bound[p_at]
+    states = len(f_fam) + (len(p_fam) if part.any() else 0)
 
     e = models[0].e
-    at = pair[fam, held]
-    inflight, x_state, ttft_state, tau = (v[at] for v in state)
-    c = np.broadcast_to(concurrency, shape).astype(float)
-    ttft = np.maximum(c - inflight, 0.0) / x_state + ttft_state
+    c = c.astype(float)
+    ttft = np.maximum(c - inflight - lag * x_state * tau, 0.0) / x_state + lag * tau + ttft_state
     tpot = tau / e
     e2e = ttft + (osl - 1) * tpot
     x = c / e2e
@@ -143,25 +149,43 @@ def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concur
         output_tokens_per_s_per_device=x * osl / engine.devices, output_tokens_per_s_per_user=1.0 / tpot,
         mean_batch=inflight,
         kv_peak_tokens=np.minimum(engine.kv_capacity_tokens, np.ceil(inflight * per)).astype(np.int64),
-        budget_bound=bound[at], goodput_requests_per_s=good, states=len(pair_fam))
+        budget_bound=bound, goodput_requests_per_s=good, states=states)
 
 
-def _solve(models: list[_Model], step: StepCost, engine: EngineConfig, osl: int, draft: StepCost | None,
-           fam: np.ndarray, held: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """``_engine_state(model[fam], held)`` for every pair: (in flight, X, TTFT service, τ) and
-    whether the token budget bounds it."""
-    e = models[0].e
+def _pairs(fam: np.ndarray, held: np.ndarray, families: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (family, count) pairs of the points, and each point's pair."""
+    needed = np.zeros((families, int(held.max(initial=1)) + 1), dtype=bool)
+    needed[fam, held] = True
+    pair_fam, pair_held = np.nonzero(needed)
+    pair = np.zeros(needed.shape, dtype=np.int64)
+    pair[pair_fam, pair_held] = np.arange(len(pair_fam))
+    return pair_fam, pair_held, pair[fam, held]
+
+
+def _tables(models: list[_Model], step: StepCost, engine: EngineConfig, osl: int, draft: StepCost | None,
+            fam: np.ndarray, held: np.ndarray) -> tuple[_Tables, tuple, np.ndarray]:
+    """The families' interpolants and segment ends up to the highest prompt rate the full engines
+    (``held`` sequences) can reach, and each family's token-budget rate."""
     r_budget = np.array([_r_budget(m) for m in models])
-    r_hi = np.minimum(held * e / (osl - 1), r_budget[fam])
     r_top = np.zeros(len(models))
-    np.maximum.at(r_top, fam, r_hi)
+    np.maximum.at(r_top, fam, np.minimum(held * models[0].e / (osl - 1), r_budget[fam]))
     q = np.array([m.prefill_batch_max for m in models], dtype=np.int64)
     tb = _tabulate(models, step, engine, draft, r_top, q)
+    return tb, _boundaries(tb, r_top), r_budget
+
+
+def _solve(tb: _Tables, ends: tuple, r_budget: np.ndarray, fam: np.ndarray, held: np.ndarray,
+           lag: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """For every pair, the state where the engine's in-flight count plus ``lag · r`` (requests on
+    their way in) reaches ``held`` — ``_engine_state(model[fam], held)`` at ``lag`` 0 — as (in flight,
+    X, TTFT service, τ), and whether the token budget bounds it."""
+    r_hi = np.minimum(held / (tb.a + lag), r_budget[fam])
     *_, top = _state(tb, fam, r_hi)
-    bound = top <= held
+    bound = top + lag * r_hi <= held
     solve = ~bound
     r = r_hi.copy()
-    r[solve] = _roots(tb, _boundaries(tb, r_top), fam[solve], held[solve].astype(float))
+    efam, er, einf = ends
+    r[solve] = _roots(tb, (efam, er, einf + lag * er), fam[solve], held[solve].astype(float), lag)
     _, tau, ttft, inflight = _state(tb, fam, r)
     return (inflight, r / tau, ttft, tau), bound
 
@@ -317,75 +341,3 @@ def _sorted(cuts: list[tuple[np.ndarray, np.ndarray]], r_top: np.ndarray) -> tup
     new = np.ones(len(r), dtype=bool)
     new[1:] = (fam[1:] != fam[:-1]) | (r[1:] != r[:-1])
     return fam[new], r[new]
-
-
-def _linear(table: np.ndarray, fam: np.ndarray, x: np.ndarray, per_r: float) -> tuple[np.ndarray, np.ndarray]:
-    """The interpolant of ``table`` at ``max(x, 1)`` on the integer segment holding ``x``, as
-    ``c0 + c1 · r`` where ``x = per_r · r`` (constant below 1, where the count is held at 1)."""
-    i = np.floor(np.maximum(x, 1.0))
-    y = table[fam, i.astype(np.int64)]
-    dy = np.where(x >= 1.0, table[fam, i.astype(np.int64) + 1] - y, 0.0)
-    return y - i * dy, per_r * dy
-
-
-def _roots(tb: _Tables, ends: tuple[np.ndarray, np.ndarray, np.ndarray], fam: np.ndarray,
-           held: np.ndarray) -> np.ndarray:
-    """The first ``r`` where the in-flight count reaches ``held``, for each (family, held)."""
-    efam, er, einf = ends
-    # one sorted key over all families: family · span + running maximum of the in-flight count
-    span = float(einf.max(initial=0.0)) + float(held.max(initial=0.0)) + 1.0
-    run = np.maximum.accumulate(efam * span + einf)
-    k = np.searchsorted(run, fam * span + held)
-    last = np.searchsorted(efam, fam, side="right") - 1
-    k = np.clip(k, 1, last)
-    lo, hi, flo, fhi = er[k - 1], er[k], einf[k - 1], einf[k]
-    poly = _polynomial(tb, fam, (lo + hi) / 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.clip(lo + (held - flo) / (fhi - flo) * (hi - lo), lo, hi)
-    r = np.where(np.isnan(r), lo, r)
-    return _newton(poly, tb.a, held, lo, hi, r)
-
-
-def _polynomial(tb: _Tables, fam: np.ndarray, mid: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Coefficients ``(A0, A1, A2, B0, B1, B2)`` of a segment, with ``(in flight(r) − held) · A(r) =
-    (a r − held) · A(r) + r · B(r)``: ``A = τ`` and ``B`` the TTFT service where a prompt rides
-    fewer than one chunk step per step (``m r < 1``), else ``A = 1``, ``B = m`` (then ``TTFT = m τ``)."""
-    f0, f1 = _linear(tb.decode, fam, mid * tb.a, tb.a)
-    zero = np.zeros(len(mid))
-    if tb.sglang:
-        q = tb.q[fam]
-        below, above = mid < 1.0, mid > q
-        # b = clamp(r, 1, q): P(1) below 1, P(q) above q (the column past q, the last tabulated
-        # count there, repeats it: slope 0), P(r) between; τ = f + (r / b) · P(b)
-        p0, p1 = _linear(tb.prefill, fam, np.minimum(mid, q), 1.0)
-        a0 = f0 + np.where(below | above, 0.0, p0)
-        a1 = f1 + np.where(below, p0, np.where(above, p0 / q, p1))
-        return a0, a1, zero, p0, p1, zero
-    e0, e1 = _linear(tb.extra, fam, mid * tb.a, tb.a)
-    s0, s1 = _linear(tb.steps, fam, mid * tb.a, tb.a)
-    # τ = f + r ΔP; TTFT = m f + ΔP · max(1, m r): below the kink m f + ΔP, above it m τ
-    under = (s0 + s1 * mid) * mid < 1.0
-    return (np.where(under, f0, 1.0), np.where(under, f1 + e0, 0.0), np.where(under, e1, 0.0),
-            np.where(under, s0 * f0 + e0, s0), np.where(under, s0 * f1 + s1 * f0 + e1, s1),
-            np.where(under, s1 * f1, 0.0))
-
-
-def _newton(poly: tuple[np.ndarray, ...], a: float, held: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-            r: np.ndarray) -> np.ndarray:
-    """The root of ``P(r) = (a r − held) A(r) + r B(r)`` in ``[lo, hi]`` (``P(lo) < 0 ≤ P(hi)``):
-    Newton steps that stay in the bracket, else bisection, the bracket shrunk at every step."""
-    a0, a1, a2, b0, b1, b2 = poly
-    for _ in range(_ITERATIONS):
-        big_a = a0 + r * (a1 + r * a2)
-        p = (a * r - held) * big_a + r * (b0 + r * (b1 + r * b2))
-        dp = a * big_a + (a * r - held) * (a1 + 2 * r * a2) + b0 + r * (2 * b1 + 3 * r * b2)
-        below = p < 0
-        lo, hi = np.where(below, r, lo), np.where(below, hi, r)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = r - p / dp
-        step = np.where((step >= lo) & (step <= hi), step, (lo + hi) / 2)
-        done = np.abs(step - r) <= 1e-15 * r
-        r = step
-        if done.all():
-            break
-    return r

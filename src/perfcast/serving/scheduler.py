@@ -46,6 +46,9 @@ class SchedulerConfig:
     #: SGLang's ``--scheduler-recv-interval``: new requests are taken in once every that many decode
     #: steps, and after any step that prefilled (1: every step, the default)
     recv_interval: int = 1
+    #: the loop runs one step ahead of the device (SGLang's overlap schedule, TensorRT-LLM's overlap
+    #: scheduler, vLLM's async scheduling): see :attr:`take_in_lag`
+    overlap: bool = False
 
     def __post_init__(self):
         if self.policy not in ("vllm", "sglang", "trtllm"):
@@ -67,6 +70,15 @@ class SchedulerConfig:
                             f"(scheduler_recv_interval); engine {self.engine or self.policy} has none")
 
     @property
+    def take_in_lag(self) -> int:
+        """Steps that start between a step's end and the first step that can take in a request a
+        client sends on that step's outputs (a closed-loop client's next request). A synchronous loop
+        has already launched the next step when the request arrives: 1. A loop one step ahead hands
+        out a step's outputs only after launching the next, and has scheduled the one after by the
+        time the request arrives: 2. (An idle engine takes a request in at once.)"""
+        return 2 if self.overlap else 1
+
+    @property
     def waits(self) -> bool:
         """TensorRT-LLM's ``enable_batch_waiting``: either setting above zero."""
         return self.batch_wait[0] > 0 or self.batch_wait[1] > 0
@@ -83,11 +95,12 @@ class SchedulerConfig:
 def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
                      mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
-                     memory_fraction: float | None = None, recv_interval: int | None = None) -> SchedulerConfig:
+                     memory_fraction: float | None = None, recv_interval: int | None = None,
+                     overlap: bool | None = None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
-    (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting and the engine's memory
-    fraction."""
+    (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting, the engine's memory
+    fraction and overlap scheduling on/off."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
     s = prof.scheduler
     if s is None:
@@ -102,18 +115,22 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         max_prefill_tokens=s.max_prefill_tokens.value if s.max_prefill_tokens else None,
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
         batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0),
-        recv_interval=s.recv_interval.value if s.recv_interval else 1)
+        recv_interval=s.recv_interval.value if s.recv_interval else 1,
+        overlap=s.overlap.value if s.overlap else False)
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
-                          memory_fraction=memory_fraction, recv_interval=recv_interval)
+                          memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap)
 
 
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
                    batch_wait: tuple[int, float] | None = None,
-                   memory_fraction: float | None = None, recv_interval: int | None = None) -> SchedulerConfig:
+                   memory_fraction: float | None = None, recv_interval: int | None = None,
+                   overlap: bool | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
+    if overlap is not None:
+        changes["overlap"] = bool(overlap)
     if recv_interval is not None:   # (checked with the others in SchedulerConfig.__post_init__)
         changes["recv_interval"] = recv_interval
     if memory_fraction is not None:

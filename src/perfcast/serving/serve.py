@@ -49,6 +49,7 @@ class ServeSpec:
     batch_wait: tuple[int, float] | None = None  # TensorRT-LLM (batch_wait_timeout_iters, batch_wait_max_tokens_ratio)
     memory_fraction: float | None = None    # the engine's share of memory for the KV cache (None: the engine's own)
     recv_interval: int | None = None        # SGLang --scheduler-recv-interval (None: the engine's own, 1)
+    overlap: bool | None = None             # overlap (async) scheduling on/off (None: the engine's own)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ def serve(spec: ServeSpec) -> ServeReport:
         if spec.recv_interval not in (None, 1):
             raise UserError("--scheduler-recv-interval: modelled for an aggregated SGLang engine only; a "
                             "disaggregated pool takes in its requests every step here (drop --disagg or the interval)")
+        if spec.overlap is not None:
+            raise UserError("--overlap-scheduling / --no-overlap-scheduling: modelled for an aggregated engine only; a "
+                            "disaggregated pool takes a request in at the next step here (drop --disagg or the flag)")
         from perfcast.serving.serve_disagg import serve_disagg
 
         return serve_disagg(spec)
@@ -134,7 +138,8 @@ def serve(spec: ServeSpec) -> ServeReport:
     sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                              chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
-                             memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval)
+                             memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
+                             overlap=spec.overlap)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")
@@ -223,7 +228,7 @@ def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Dep
         policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
         devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
-        recv_interval=sched.recv_interval)
+        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag)
 
 
 def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
@@ -291,9 +296,11 @@ def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | N
             f"(the closed form does not model it)" if sched.waits else "")
     recv = (f", new requests taken in every {sched.recv_interval} decode steps and after each prefill"
             if sched.recv_interval > 1 else "")
+    loop = "overlap scheduling" if sched.overlap else "synchronous loop"
     out = [f"scheduler: {sched.policy} (max batch {sched.max_num_seqs or 'KV-bound'}, max num tokens "
            f"{sched.max_num_tokens}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, "
-           f"{sched.block_size}-token blocks{wait}{recv})"]
+           f"{sched.block_size}-token blocks{wait}{recv}, {loop}: a request sent on a step's outputs "
+           f"waits {sched.take_in_lag} more step{'s' if sched.take_in_lag > 1 else ''})"]
     if mem is None:
         out.append(f"KV cache: {kv.capacity_tokens:,} tokens per instance, as given (--kv-capacity)")
     else:

@@ -16,6 +16,7 @@ grows without bound; the run is then reported ``stable=False`` with no latencies
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +132,7 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
     price = _Pricer(step, spec)
     inbox = _Inbox(eng.cfg.recv_interval) if eng.cfg.recv_interval > 1 else None
     queue = eng.waiting if inbox is None else inbox.held
+    sent = _Sent(queue, eng.cfg.take_in_lag)
     t, n = 0.0, run.n
     closed = w.closed_loop
     nxt = 0
@@ -144,10 +146,11 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
     while run.done < n:
         if not closed:
             while nxt < n and arrivals[nxt] <= t:
-                queue.append(nxt)
+                sent.arrived(nxt, run.steps)
                 nxt += 1
                 if nxt == n:
-                    queue_at_last = len(eng.waiting) + (len(inbox.held) if inbox else 0)
+                    queue_at_last = len(eng.waiting) + (len(inbox.held) if inbox else 0) + len(sent.due)
+        sent.release(run.steps, idle=not (eng.running or eng.waiting or eng.chunked is not None))
         if inbox is not None and (inbox.due() or not (eng.running or eng.waiting or eng.chunked is not None)):
             inbox.take(eng)
         if not closed and not eng.running and not eng.waiting:
@@ -156,8 +159,10 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
         horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
         if spec is None and not eng.waiting and eng.chunked is None:
             steps = run.steps
+            limits = [x for x in (inbox.left() if inbox is not None and inbox.held else None,
+                                  sent.left(run.steps)) if x is not None]
             t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed,
-                               max_steps=inbox.left() if inbox is not None and inbox.held else None)
+                               max_steps=min(limits) if limits else None)
             if t2 is not None:
                 t = t2
                 if inbox is not None:
@@ -178,9 +183,39 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
             for _ in range(run.done - before):
                 if nxt < n:
                     run.send[nxt] = t
-                    queue.append(nxt)
+                    sent.sent_on_output(nxt, run.steps)
                     nxt += 1
     return queue_at_last
+
+
+class _Sent:
+    """Requests sent but not yet seen by the scheduler (:attr:`SchedulerConfig.take_in_lag`):
+    one a closed-loop client sends on the outputs of step ``s`` joins the queue once step
+    ``s + lag`` has run; one that arrived while step ``s`` ran, once step ``s + lag − 1`` has (a
+    synchronous loop: at once, as the next step is scheduled). An idle engine takes everything in
+    at once (its loop waits on the request socket)."""
+
+    def __init__(self, queue: list, lag: int):
+        self.queue, self.lag = queue, lag
+        self.due: deque = deque()   # (step count after which it joins, request), in order
+
+    def sent_on_output(self, i: int, steps: int) -> None:
+        self.due.append((steps + self.lag, i))
+
+    def arrived(self, i: int, steps: int) -> None:
+        if self.lag == 1 and not self.due:
+            self.queue.append(i)
+        else:
+            self.due.append((steps + self.lag - 1, i))
+
+    def release(self, steps: int, idle: bool) -> None:
+        due = self.due
+        while due and (idle or due[0][0] <= steps):
+            self.queue.append(due.popleft()[1])
+
+    def left(self, steps: int) -> int | None:
+        """Steps until the next request joins (None: none is waiting to)."""
+        return max(self.due[0][0] - steps, 1) if self.due else None
 
 
 class _Inbox:
