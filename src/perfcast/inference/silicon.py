@@ -37,6 +37,7 @@ from perfcast.inference.silicon_file import (  # noqa: F401  (the file's API, as
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
 from perfcast.models.quant_configs import read as read_quantization
+from perfcast.perf.databases import version_key
 
 if TYPE_CHECKING:  # pandas is imported where the rows are read: the serving layer needs none of it
     import pandas as pd
@@ -285,16 +286,6 @@ def _dp_attention(row: dict) -> tuple[dict, str | None]:
     return row, None
 
 
-def _version(text: str):
-    """A release version (``0.12.0``, ``1.2.0rc6.post1``), or None for anything else (a nightly tag)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
@@ -323,8 +314,8 @@ def map_row(row: dict) -> Case:
         return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
     base = replace(base, engine=engine.get("by_version", {}).get(base.backend_version, engine["engine"]))
     sync = engine.get("synchronous_before")
-    if sync and _version(base.backend_version) is not None and _version(base.backend_version) < _version(
-            sync["version"]):
+    # (an unparseable version, a nightly tag, sorts after every release: it keeps the profile's loop)
+    if sync and version_key(base.backend_version) < version_key(sync["version"]):
         base = replace(base, overlap=False, notes=base.notes + (
             f"{base.backend} {base.backend_version} < {sync['version']}: a synchronous scheduling loop "
             f"({sync['source']})",))

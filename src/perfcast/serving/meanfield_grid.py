@@ -118,21 +118,22 @@ def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concur
     f_fam, f_held, f_at = _pairs(fam, full, len(models))
     tb, ends, r_budget = _tables(models, step, engine, osl, draft, f_fam, f_held)
     state, bound = _solve(tb, ends, r_budget, f_fam, f_held, 0)
-    inflight, x_state, ttft_state, tau = (v[f_at] for v in state)
+    inflight, r, ttft_state, tau = (v[f_at] for v in state)
     bound = bound[f_at]
     lag = engine.take_in_lag
-    part = inflight + lag * x_state * tau > c
+    part = inflight + lag * r > c
     if part.any():
         p_fam, p_held, p_at = _pairs(fam[part], c[part], len(models))
         p_state, p_bound = _solve(tb, ends, r_budget, p_fam, p_held, lag)
-        for whole, v in zip((inflight, x_state, ttft_state, tau), p_state):
+        for whole, v in zip((inflight, r, ttft_state, tau), p_state):
             whole[part] = v[p_at]
         bound[part] = p_bound[p_at]
     states = len(f_fam) + (len(p_fam) if part.any() else 0)
 
     e = models[0].e
     c = c.astype(float)
-    ttft = np.maximum(c - inflight - lag * x_state * tau, 0.0) / x_state + lag * tau + ttft_state
+    x_state = r / tau
+    ttft = np.maximum(c - inflight - lag * r, 0.0) / x_state + lag * tau + ttft_state
     tpot = tau / e
     e2e = ttft + (osl - 1) * tpot
     x = c / e2e
@@ -178,7 +179,7 @@ def _solve(tb: _Tables, ends: tuple, r_budget: np.ndarray, fam: np.ndarray, held
            lag: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """For every pair, the state where the engine's in-flight count plus ``lag · r`` (requests on
     their way in) reaches ``held`` — ``_engine_state(model[fam], held)`` at ``lag`` 0 — as (in flight,
-    X, TTFT service, τ), and whether the token budget bounds it."""
+    r, TTFT service, τ), and whether the token budget bounds it."""
     r_hi = np.minimum(held / (tb.a + lag), r_budget[fam])
     *_, top = _state(tb, fam, r_hi)
     bound = top + lag * r_hi <= held
@@ -187,7 +188,7 @@ def _solve(tb: _Tables, ends: tuple, r_budget: np.ndarray, fam: np.ndarray, held
     efam, er, einf = ends
     r[solve] = _roots(tb, (efam, er, einf + lag * er), fam[solve], held[solve].astype(float), lag)
     _, tau, ttft, inflight = _state(tb, fam, r)
-    return (inflight, r / tau, ttft, tau), bound
+    return (inflight, r, ttft, tau), bound
 
 
 def _lerp(table: np.ndarray, fam: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -203,10 +203,7 @@ class _Sent:
         self.due.append((steps + self.lag, i))
 
     def arrived(self, i: int, steps: int) -> None:
-        if self.lag == 1 and not self.due:
-            self.queue.append(i)
-        else:
-            self.due.append((steps + self.lag - 1, i))
+        self.due.append((steps + self.lag - 1, i))
 
     def release(self, steps: int, idle: bool) -> None:
         due = self.due
