@@ -80,7 +80,9 @@ def test_imported_slices_are_the_shipped_rows(imported):
 def test_slices_select_every_kernel_type(imported):
     h200 = imported["h200-sxm", "trtllm"]["root"]
     mm = _table(h200 / "MatMul.csv.gz")
-    assert set(mm.dtype) == {"bf16", "fp8", "fp8_block"}  # block-scaled FP8 kept apart
+    # block-scaled FP8 kept apart; fp8_static derived from fp8 and ComputeScale
+    assert set(mm.dtype) == {"bf16", "fp8", "fp8_block", "fp8_static"}
+    # (the B200 slice has no ComputeScale table: nothing to derive fp8_static from)
     assert set(_table(imported["b200-sxm", "trtllm"]["root"] / "MatMul.csv.gz").dtype) == {"bf16", "fp8", "fp8_block", "fp4"}
     # A100 TensorRT-LLM 1.0.0: weight-only int4/int8 plugins and SmoothQuant (int8 W8A8)
     assert set(_table(imported["a100-sxm-80gb", "trtllm"]["root"] / "MatMul.csv.gz").dtype) == {
@@ -135,14 +137,14 @@ def test_every_shipped_database_checks_clean():
     min-latency MoE table — and 4 NCCL tables each)."""
     report = inspect(SHIPPED)
     assert report.problems == []
-    assert (report.tables, report.rows) == (211, 6_506_533)
+    assert (report.tables, report.rows) == (211, 6_720_733)
     assert {p.parts[-3]: p.name for p in SHIPPED.glob("*/nccl/*")} == {
         "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3",
         "b300-sxm": "2.29.2", "gb200": "2.29.2", "gb300": "2.29.2"}
     biggest = max((sum(_table_rows(d.path)), d.path.relative_to(SHIPPED).as_posix()) for d in databases())
-    assert biggest == (454_318, "gb200/trtllm/1.3.0rc20")
+    assert biggest == (490_018, "gb200/trtllm/1.3.0rc20")
     assert sum(_table_rows(SHIPPED / "b200-sxm" / "nccl" / "2.29.2")) == 504
-    assert sum(_table_rows(SHIPPED / "gb200" / "nccl" / "2.29.2")) == 336  # 2 and 4 GPUs of one tray: 454,654
+    assert sum(_table_rows(SHIPPED / "gb200" / "nccl" / "2.29.2")) == 336  # 2 and 4 GPUs of one tray: 490,354
 
 
 def _table_rows(root: Path):
@@ -298,3 +300,59 @@ def test_db_list_errors(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "perfcast db: error: no profiling databases shipped for tpu-v5e"
     assert main(["db", "list", "--dir", str(tmp_path / "nope")]) == 2
     assert "--dir" in capsys.readouterr().err
+
+
+FP8_STATIC_DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "b300-sxm", "gb200", "gb300")
+
+
+@pytest.mark.parametrize("device", FP8_STATIC_DEVICES)
+def test_trtllm_fp8_static_is_the_dynamic_gemm_less_its_scale_computation(device):
+    """TensorRT-LLM's ``fp8_static`` rows are its measured ``fp8`` rows (dynamic quantization:
+    aiconfigurator's collector gives the Linear no input_scale) minus ``ComputeScale`` at the
+    same m × k, one per fp8 row; the MANIFEST counts them; no other framework has the format."""
+    root = SHIPPED / device / "trtllm" / VERSIONS[device]["trtllm"]
+    mm = pd.read_csv(root / "MatMul.csv.gz")
+    cs = pd.read_csv(root / "ComputeScale.csv.gz")
+    m_k = cs["shape"].str.split("x", expand=True).astype(int)
+    scale = pd.Series(cs.latency_us.to_numpy(), index=pd.MultiIndex.from_arrays([m_k[0], m_k[1]], names=["M", "K"]))
+    fp8 = mm[mm.dtype == "fp8"].set_index(["M", "K", "N"]).latency_us.sort_index()
+    static = mm[mm.dtype == "fp8_static"].set_index(["M", "K", "N"]).latency_us.sort_index()
+    assert len(static) == len(fp8) > 30_000 and (static.index == fp8.index).all()
+    expect = fp8 - scale.reindex(fp8.index.droplevel("N")).to_numpy()
+    assert ((static - expect).abs() <= 1e-4 * fp8).all()
+    assert (static > 0).all() and (static < fp8).all()
+    counts = _manifest(device, "trtllm")["tables"]["MatMul"]
+    assert counts["fp8_static_derived"] == len(static) and counts["fp8_static_no_compute_scale"] == 0
+    for framework in ("vllm", "sglang"):
+        other = pd.read_csv(SHIPPED / device / framework / VERSIONS[device][framework] / "MatMul.csv.gz")
+        assert "fp8_static" not in set(other.dtype)
+
+
+def test_b200_decode_gemm_static_and_dynamic_as_documented():
+    """docs/design/models.md: on the B200, 8 × 8,192 × 2,560 takes 20.64 µs dynamic, 12.40 µs
+    static (bf16 10.85 µs), the scale computation 8.25 µs."""
+    root = SHIPPED / "b200-sxm" / "trtllm" / VERSIONS["b200-sxm"]["trtllm"]
+    mm = pd.read_csv(root / "MatMul.csv.gz")
+    row = mm[(mm.M == 8) & (mm.K == 8192) & (mm.N == 2560)].set_index("dtype").latency_us
+    cs = pd.read_csv(root / "ComputeScale.csv.gz").set_index("shape").latency_us
+    assert [round(row[d], 2) for d in ("fp8", "fp8_static", "bf16")] == [20.64, 12.40, 10.85]
+    assert round(cs["8x8192"], 2) == 8.25
+
+
+def test_fp8_static_derivation_counts_what_it_cannot_derive():
+    from perfcast.db.aic_tables import with_fp8_static
+    from perfcast.db.write import Kernel
+
+    mm = pd.DataFrame({"M": [1, 1, 2, 4], "K": [64, 64, 64, 64], "N": [8, 8, 8, 8],
+                       "dtype": ["bf16", "fp8", "fp8", "fp8"], "latency_us": [2.0, 9.0, 3.0, 9.5]})
+    cs = pd.DataFrame({"shape": ["1x64", "2x64"], "dtype": ["fp8", "fp8"], "latency_us": [7.0, 4.0]})
+    kernel = Kernel("MatMul", ("M", "K", "N", "dtype"), counts={"rows": 4})
+    tables = [(kernel, mm), (Kernel("ComputeScale", ("shape", "dtype")), cs)]
+    with_fp8_static(tables, "vllm")
+    assert tables[0][1] is mm  # other frameworks: as measured
+    with_fp8_static(tables, "trtllm")
+    out = tables[0][1]
+    assert out[out.dtype == "fp8_static"][["M", "latency_us"]].values.tolist() == [[1, 2.0]]
+    assert (kernel.counts["fp8_static_derived"], kernel.counts["fp8_static_not_positive"],
+            kernel.counts["fp8_static_no_compute_scale"], kernel.counts["rows"]) == (1, 1, 1, 5)
+    assert "fp8_static (derived, TensorRT-LLM)" in kernel.selection

@@ -5,6 +5,7 @@ from fractions import Fraction
 
 import pytest
 
+from perfcast.capture.parallel import Layout
 from perfcast.hardware import get_device
 from perfcast.inference.textgen import Request, simulate
 from perfcast.ir import Leaf, itemsize, walk
@@ -152,12 +153,13 @@ def test_quantize_overrides_the_checkpoint():
     # one group only: the experts in FP8, attention as the checkpoint keeps it (bf16)
     mixed = _step(m, "h100-sxm", quantize="experts=fp8")
     leaves = _linears(mixed)
-    assert classify(leaves["model.layers.0.mlp.experts"])[1]["dtype"] == "fp8"
+    assert classify(leaves["model.layers.0.mlp.experts"])[1]["dtype"] == "fp8"  # the fused MoE's own FP8
     assert classify(leaves["model.layers.0.self_attn"])[1]["dtype"] == "bf16"
     # an unquantized checkpoint keeps --quantize's meaning: every linear but lm_head
     llama = _step(load_model_config("llama-3.1-8b"), "h100-sxm", quantize="fp8")
     groups = {g["group"]: g["kernel_format"] for g in llama.quantization["groups"]}
-    assert groups == {"attention": "fp8", "mlp": "fp8", "lm_head": "bf16"}
+    # (the H100's default engine, TensorRT-LLM: per-tensor FP8 with static activation scales)
+    assert groups == {"attention": "fp8_static", "mlp": "fp8_static", "lm_head": "bf16"}
 
 
 def test_report_states_the_quantization_per_group(cli):
@@ -279,3 +281,46 @@ def test_a_layer_stored_differently_is_counted_exactly_and_said(tmp_path):
     attention = 4096 * 4096 * 2 + 4096 * 1024 * 2  # q, o and k, v of one layer, 1 byte more each in bf16
     fp8 = simulate(Request(m, get_device("h100-sxm"), num_queries=1, query_length=256, quantize="fp8"))
     assert r.memory.weights_bytes - fp8.memory.weights_bytes == attention == 41_943_040
+
+
+@pytest.mark.parametrize("where, statement, static", [
+    ("qc", {"quant_method": "fp8", "activation_scheme": "static"}, True),
+    ("qc", {"quant_method": "fp8", "activation_scheme": "dynamic"}, False),
+    ("qc", {"quant_method": "fp8"}, False),  # vLLM Fp8Config's default: dynamic
+    ("hf", {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None}}, True),  # ModelOpt: input_scale
+    ("qc", {"quant_method": "compressed-tensors", "config_groups": {"g": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}}}}, True),
+    ("qc", {"quant_method": "compressed-tensors", "config_groups": {"g": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": True}}}}, False),
+])
+def test_per_tensor_fp8_static_scales_take_trtllm_static_gemm(tmp_path, where, statement, static):
+    """A checkpoint that ships its activation scales runs TensorRT-LLM's static FP8 GEMM
+    (fp8_static); one that does not, the dynamic one (fp8); vLLM has one FP8 kernel for both."""
+    from perfcast.capture.quant import QuantPlan
+
+    q = _read(tmp_path, statement) if where == "qc" else _read(tmp_path, hf=statement)
+    native = frozenset(get_device("h100-sxm").spec.datasheet.matrix_flops_per_s)
+    kernels = {e: QuantPlan(q, native, engine=e).format(*DOWN).kernel for e in ("trtllm", "vllm", "sglang")}
+    assert kernels == {"trtllm": "fp8_static" if static else "fp8", "vllm": "fp8", "sglang": "fp8"}
+    assert ("static scale" in q.scheme(*DOWN).detail) is static
+
+
+def test_quantize_fp8_is_static_fp8_dynamic_is_not():
+    """``--quantize fp8`` is ModelOpt's per-tensor FP8 (static activation scales): on TensorRT-LLM
+    a B200 decode of Llama-3.1-70B at TP 4 drops the scale computation from each of its 320
+    FP8 GEMMs; ``--quantize fp8_dynamic`` keeps it; vLLM prices both alike."""
+    model = load_model_config("llama-3.1-70b")
+
+    def step(engine, flag):
+        return simulate(Request(model, get_device("b200-sxm"), num_queries=8, context_length=5000, decode=True,
+                                layout=Layout(tp=4), engine=engine, quantize=flag))
+
+    static, dynamic = step("trtllm", "fp8"), step("trtllm", "fp8_dynamic")
+    assert {leaf.attr("quant_format") for leaf in _linears(static).values() if leaf.kind == "matmul"} >= {"fp8_static"}
+    assert {leaf.attr("quant_format") for leaf in _linears(dynamic).values() if leaf.kind == "matmul"} >= {"fp8"}
+    assert "derived" not in static.evaluations["analytic"].provenance_shares()  # its own calibrated fit
+    saved = dynamic.evaluations["analytic"].time_s - static.evaluations["analytic"].time_s
+    assert 0.15 < saved / dynamic.evaluations["analytic"].time_s < 0.4
+    assert step("vllm", "fp8").evaluations["analytic"].time_s == step("vllm", "fp8_dynamic").evaluations["analytic"].time_s

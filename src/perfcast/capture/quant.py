@@ -51,7 +51,7 @@ class QuantPlan:
         s = self.quantization.scheme(module, group)
         if s is None:
             return None
-        kernel, act = s.execution(self.native, self.engine)
+        kernel, act = s.execution(self.native, self.engine, group)
         return LeafFormat(group, s, kernel, act is not None, s.weight, act or self.model_dtype,
                           element(act or self.model_dtype))
 

@@ -22,7 +22,8 @@ def _common(p, topology: bool) -> None:
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype")
     p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…",
                    help="override the checkpoint's quantization_config: one scheme for every linear but "
-                        "routers and lm_head (fp8, fp8_block, w8a8, w8a16, w4a16, fp4 (NVFP4), mxfp4), none "
+                        "routers and lm_head (fp8 (per-tensor, static activation scale), fp8_dynamic, fp8_block, w8a8, w8a16, "
+                        "w4a16, fp4 (NVFP4), mxfp4), none "
                         "(the model dtype throughout), or per module group (attention, mlp, experts, lm_head), "
                         "e.g. experts=mxfp4,attention=none (default: as the checkpoint says)")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp32", "fp8", "int8"),

@@ -205,6 +205,46 @@ def quantize(df, framework, op: str):
     return [(k, df.assign(shape=df.m.astype(str) + "x" + df.k.astype(str), dtype=df.quant_dtype))]
 
 
+def with_fp8_static(tables: list, framework: str) -> None:
+    """TensorRT-LLM's per-tensor FP8 GEMM with a *static* activation scale, derived in place into
+    ``MatMul`` as dtype ``fp8_static``: the measured ``fp8`` row minus ``ComputeScale`` at the
+    same m × k. aiconfigurator's collector times the fp8 Linear without an ``input_scale``, so
+    TensorRT-LLM's FP8QDQ method runs its dynamic quantization and the row includes the scale
+    computation (``collector/trtllm/collect_gemm.py``: "the collected fp8 GEMM includes the
+    compute-scale overhead. AIC derives fp8_static at query time by subtracting that overhead");
+    a checkpoint that ships its activation scales (ModelOpt FP8) skips it. Rows whose m × k has
+    no ComputeScale row, or whose difference is not positive, are not derived (counted). Other
+    frameworks' FP8 tables are left as measured."""
+    if framework != "trtllm":
+        return
+    found = {k.name: (i, k, df) for i, (k, df) in enumerate(tables)}
+    if "MatMul" not in found or "ComputeScale" not in found:
+        return
+    i, mk, mm = found["MatMul"]
+    _, cs_kernel, cs = found["ComputeScale"]
+    fp8 = mm[mm.dtype == "fp8"]
+    cs = cs[cs.dtype == "fp8"]
+    if not len(fp8) or not len(cs):
+        return
+    m_k = cs["shape"].str.split("x", expand=True).astype("int64")
+    scale = dict(zip(zip(m_k[0], m_k[1]), cs.latency_us))
+    sub = fp8.apply(lambda r: scale.get((int(r.M), int(r.K))), axis=1).astype(float)
+    derived = fp8.assign(dtype="fp8_static", latency_us=fp8.latency_us - sub,
+                         **({"kernel_source": "derived"} if "kernel_source" in fp8.columns else {}))
+    keep = sub.notna() & (derived.latency_us > 0)
+    mk.counts["fp8_static_derived"] = int(keep.sum())
+    mk.counts["fp8_static_no_compute_scale"] = int(sub.isna().sum())
+    mk.counts["fp8_static_not_positive"] = int((sub.notna() & ~(derived.latency_us > 0)).sum())
+    mk.counts["rows"] += int(keep.sum())
+    mk.provenance.setdefault("kernel_sources", {})["derived"] = int(keep.sum())
+    mk.selection += ("; fp8_static (derived, TensorRT-LLM): the fp8 row minus ComputeScale at the same m x k "
+                     f"({cs_kernel.source}): the static-activation-scale GEMM, as aiconfigurator derives it")
+    import pandas as pd
+
+    out = pd.concat([mm, derived[keep]], ignore_index=True).sort_values(list(mk.keys), kind="stable")
+    tables[i] = (mk, out[mm.columns].reset_index(drop=True))
+
+
 def nccl(df, op_name: str, kernel_name: str, source: str):
     """NCCL rows of one collective: bytes = message_size (elements) × dtype size."""
     k = Kernel(kernel_name, COMM, ("bytes",), source=source,

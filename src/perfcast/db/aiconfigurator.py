@@ -136,6 +136,7 @@ def _framework_tables(data: Path, sysdir: Path, backend: str, version: str, dtyp
                     f"no {fname} under {version}: taken from {used}, the nearest older {backend} version "
                     "that has it (backward fill, as aiconfigurator-core's systems/query_versions.yaml)")
             tables.append((kernel, df))
+    T.with_fp8_static(tables, backend)
     return tables, missing
 
 

@@ -101,7 +101,7 @@ def _fp8(qc: dict, where: str) -> Quantization:
         raise _bad(where, "activation_scheme", "dynamic or static", qc.get("activation_scheme"))
     block = qc.get("weight_block_size")
     if block is None:
-        scheme, how = fp8(), "per-tensor"
+        scheme, how = fp8(static=qc.get("activation_scheme", "dynamic") == "static"), "per-tensor"
     else:
         if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
             raise _bad(where, "weight_block_size", "two positive integers [n, k]", block)
@@ -221,7 +221,8 @@ def _ct_scheme(w, a, where: str, key: str) -> Scheme:
             if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
                 raise _bad(where, f"{key}.weights.block_structure", "two positive integers [n, k]", block)
             return fp8_block((block[0], block[1]))
-        return fp8(activations=(a_kind, a_bits) == ("float", 8), per=strategy)
+        return fp8(activations=(a_kind, a_bits) == ("float", 8), per=strategy,
+                   static=act is not None and act.get("dynamic") is False)
     if kind == "float" and bits == 4 and group == 16:
         return nvfp4(activations=(a_kind, a_bits) == ("float", 4))
     if kind == "float" and bits == 4 and group == 32:
@@ -240,8 +241,10 @@ def _ct_kv(kv, where: str) -> str | None:
 
 
 #: ModelOpt / TensorRT-LLM ``quant_algo`` names (tensorrt_llm/quantization/mode.py QuantAlgo).
+#: ModelOpt's FP8 is calibrated: it exports each linear's activation ``input_scale``
+#: (modelopt/torch/export/quant_utils.py get_activation_scaling_factor), a static scale.
 _MODELOPT: dict[str, Callable[[int | None], Scheme]] = {
-    "FP8": lambda g: fp8(),
+    "FP8": lambda g: fp8(static=True),
     "FP8_PER_CHANNEL_PER_TOKEN": lambda g: fp8(per="channel"),
     "FP8_BLOCK_SCALES": lambda g: fp8_block(),
     "NVFP4": lambda g: nvfp4(),

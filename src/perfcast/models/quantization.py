@@ -42,24 +42,40 @@ class Scheme:
     # (engine, matrix dtype the device must have, activation dtype, GEMM format): a kernel an
     # engine picks for this storage format where the device multiplies that dtype
     engine_kernels: tuple[tuple[str, str, str, str], ...] = ()
+    # module groups the engine kernels apply to (empty: every group)
+    engine_groups: tuple[str, ...] = ()
 
-    def execution(self, native: frozenset[str], engine: str | None = None) -> tuple[str, str | None]:
+    def execution(self, native: frozenset[str], engine: str | None = None,
+                  group: str | None = None) -> tuple[str, str | None]:
         """(GEMM format, the activation dtype it multiplies in; None: weight-only, in the model
-        dtype) on a device whose matrix units take the dtypes ``native``, under ``engine``."""
+        dtype) on a device whose matrix units take the dtypes ``native``, under ``engine``, for a
+        linear of module ``group``."""
         for name, needs, act, kernel in self.engine_kernels:
-            if name == engine and needs in native:
+            if name == engine and needs in native and (not self.engine_groups or group in self.engine_groups):
                 return kernel, act
         if self.activation is not None and self.kernel and element(self.activation) in native:
             return self.kernel, self.activation
         return self.weight_only, None
 
 
-def fp8(activations: bool = True, per: str = "tensor") -> Scheme:
+def fp8(activations: bool = True, per: str = "tensor", static: bool = False) -> Scheme:
     """FP8 E4M3 weights with one scale per tensor or per output channel, and (W8A8) activations
     with a per-tensor or per-token scale: one FP8 GEMM whose epilogue applies scalar or vector
-    scales (vLLM csrc/quantization/cutlass_w8a8 scaled_mm, TensorRT-LLM FP8 / FP8_PER_CHANNEL_PER_TOKEN)."""
+    scales (vLLM csrc/quantization/cutlass_w8a8 scaled_mm, TensorRT-LLM FP8 / FP8_PER_CHANNEL_PER_TOKEN).
+
+    ``static``: the checkpoint ships the activations' per-tensor scale (ModelOpt FP8 writes an
+    ``input_scale`` per linear; ``activation_scheme: static``). TensorRT-LLM then quantizes with
+    that scale instead of computing one per call (tensorrt_llm/_torch/modules/linear.py,
+    FP8QDQLinearMethod: dynamic quantization only where the weights carry no input_scale), which
+    its GEMM format ``fp8_static`` prices (:func:`perfcast.db.aic_tables.with_fp8_static`) for
+    the dense linears; the fused MoE keeps its own FP8 table. The other engines' FP8 tables were
+    measured with dynamic scales and price both."""
+    scale = ", static scale" if static and activations and per == "tensor" else ""
     return Scheme("fp8", "fp8", "fp8" if activations else None, "fp8", "w8a16",
-                  f"FP8 E4M3 weights (scale per {per})" + (", FP8 activations" if activations else ", 16-bit activations"))
+                  f"FP8 E4M3 weights (scale per {per})" + (f", FP8 activations{scale}" if activations
+                                                             else ", 16-bit activations"),
+                  engine_kernels=(("trtllm", "fp8", "fp8", "fp8_static"),) if scale else (),
+                  engine_groups=("attention", "mlp", "lm_head") if scale else ())
 
 
 def fp8_block(block: tuple[int, int] = (128, 128)) -> Scheme:
@@ -129,7 +145,7 @@ def _group_text(group, scale, zero) -> str:
 
 #: ``--quantize`` schemes (one name each).
 FLAG_SCHEMES = {
-    "fp8": fp8(), "fp8_block": fp8_block(), "w8a8": int8(), "w8a16": int8_weight_only(),
+    "fp8": fp8(static=True), "fp8_dynamic": fp8(), "fp8_block": fp8_block(), "w8a8": int8(), "w8a16": int8_weight_only(),
     "w4a16": int4(), "fp4": nvfp4(), "mxfp4": mxfp4(),
 }
 

@@ -102,6 +102,9 @@ def _register(cls: KernelClass) -> KernelClass:
 GEMM_BYTES = {
     "bf16": (2, 2, 2), "fp16": (2, 2, 2), "fp32": (4, 4, 4),
     "fp8": (1, 1, 2), "fp8_block": (1 + 4 / 128, 1 + 4 / 128**2, 2), "int8": (1, 1, 2),
+    # per-tensor FP8 with the activation scale given (a static-scale checkpoint): the same
+    # operands, no scale computation (perfcast.db.aic_tables.with_fp8_static)
+    "fp8_static": (1, 1, 2),
     "fp4": (0.5 + 1 / 16, 0.5 + 1 / 16, 2),
     # weight-only: 4- or 8-bit weights (one fp16 scale per 128-element group) dequantized inside
     # the GEMM, 16-bit activations and math
@@ -113,18 +116,20 @@ GEMM_BYTES = {
     # v1.0, §5): MXFP4 weights with bf16 activations, or with MXFP8 activations
     "w4a16_mxfp4": (2, 0.5 + 1 / 32, 2), "w4a8_mxfp4_mxfp8": (1 + 1 / 32, 0.5 + 1 / 32, 2),
 }
-GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_block": "fp8",
+GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_block": "fp8", "fp8_static": "fp8",
              "int8": "int8", "fp4": "fp4", "w4a16": "bf16", "w8a16": "bf16", "w4a16_nvfp4": "bf16",
              "w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "fp8"}
 #: Where a device has no fit for a format, the nearest fit whose kernel does the same work prices
 #: it — with the format's own bytes and rate, labelled derived: a weight-only GEMM widens its
 #: weights and multiplies in bf16 (another weight-only kernel, else the bf16 GEMM); block-scaled
 #: FP8 is an FP8 GEMM with per-block scaling in its main loop; W8A8 int8 and FP8 run the same
-#: 8-bit tensor-core rate on Hopper (NVIDIA H100 datasheet: 1,979 TOPS / TFLOPS dense).
+#: 8-bit tensor-core rate on Hopper (NVIDIA H100 datasheet: 1,979 TOPS / TFLOPS dense); an
+#: FP8 GEMM with a static activation scale is the FP8 GEMM without the scale computation, so a
+#: device with no fit of its own prices it as the (dynamic) FP8 GEMM, an upper bound.
 NEAREST = {
     "w4a16_nvfp4": ("w4a16_mxfp4", "w4a16", "bf16"), "w4a16_mxfp4": ("w4a16", "bf16"),
     "w4a16": ("w4a16_mxfp4", "bf16"), "w8a16": ("bf16",), "fp8_block": ("fp8",), "int8": ("fp8",),
-    "w4a8_mxfp4_mxfp8": ("w4a16_mxfp4",),
+    "fp8_static": ("fp8",), "w4a8_mxfp4_mxfp8": ("w4a16_mxfp4",),
 }
 #: output tile the wave count assumes: CUTLASS/cuBLAS Hopper GEMMs tile the output in
 #: 128×128 blocks for all but the smallest problems (NVIDIA CUTLASS 3.x, "Efficient GEMM").
