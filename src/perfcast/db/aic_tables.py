@@ -226,21 +226,22 @@ def with_fp8_static(tables: list, framework: str) -> None:
     cs = cs[cs.dtype == "fp8"]
     if not len(fp8) or not len(cs):
         return
+    import pandas as pd
+
     m_k = cs["shape"].str.split("x", expand=True).astype("int64")
-    scale = dict(zip(zip(m_k[0], m_k[1]), cs.latency_us))
-    sub = fp8.apply(lambda r: scale.get((int(r.M), int(r.K))), axis=1).astype(float)
-    derived = fp8.assign(dtype="fp8_static", latency_us=fp8.latency_us - sub,
+    scale = pd.DataFrame({"M": m_k[0].to_numpy(), "K": m_k[1].to_numpy(), "scale_us": cs.latency_us.to_numpy()})
+    sub = fp8[["M", "K"]].astype("int64").merge(scale, on=["M", "K"], how="left")["scale_us"].to_numpy()
+    derived = fp8.assign(dtype="fp8_static", latency_us=fp8.latency_us.to_numpy() - sub,
                          **({"kernel_source": "derived"} if "kernel_source" in fp8.columns else {}))
-    keep = sub.notna() & (derived.latency_us > 0)
+    matched = ~pd.isna(sub)
+    keep = matched & (derived.latency_us.to_numpy() > 0)
     mk.counts["fp8_static_derived"] = int(keep.sum())
-    mk.counts["fp8_static_no_compute_scale"] = int(sub.isna().sum())
-    mk.counts["fp8_static_not_positive"] = int((sub.notna() & ~(derived.latency_us > 0)).sum())
+    mk.counts["fp8_static_no_compute_scale"] = int((~matched).sum())
+    mk.counts["fp8_static_not_positive"] = int((matched & ~keep).sum())
     mk.counts["rows"] += int(keep.sum())
     mk.provenance.setdefault("kernel_sources", {})["derived"] = int(keep.sum())
     mk.selection += ("; fp8_static (derived, TensorRT-LLM): the fp8 row minus ComputeScale at the same m x k "
                      f"({cs_kernel.source}): the static-activation-scale GEMM, as aiconfigurator derives it")
-    import pandas as pd
-
     out = pd.concat([mm, derived[keep]], ignore_index=True).sort_values(list(mk.keys), kind="stable")
     tables[i] = (mk, out[mm.columns].reset_index(drop=True))
 

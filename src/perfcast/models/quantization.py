@@ -66,7 +66,8 @@ def fp8(activations: bool = True, per: str = "tensor", static: bool = False) -> 
     ``static``: the checkpoint ships the activations' per-tensor scale (ModelOpt FP8 writes an
     ``input_scale`` per linear; ``activation_scheme: static``). TensorRT-LLM then quantizes with
     that scale instead of computing one per call (tensorrt_llm/_torch/modules/linear.py,
-    FP8QDQLinearMethod: dynamic quantization only where the weights carry no input_scale), which
+    FP8QDQLinearMethod.apply: ``static_quantize_e4m3_per_tensor`` with the module's input_scale,
+    ``quantize_e4m3_per_tensor`` — dynamic — where loading found none and set it to None), which
     its GEMM format ``fp8_static`` prices (:func:`perfcast.db.aic_tables.with_fp8_static`) for
     the dense linears; the fused MoE keeps its own FP8 table. The other engines' FP8 tables were
     measured with dynamic scales and price both."""
