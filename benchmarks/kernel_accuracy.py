@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 from perfcast.db.calibrate import fit_sample, kfold, peaks, predict, samples, work_of  # noqa: E402
 from perfcast.hardware import get_device  # noqa: E402
+from perfcast.perf.kernel_classes import DERIVED_ROWS  # noqa: E402
 from perfcast.perf.profiling import find_database  # noqa: E402
 
 DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb", "gb200", "b300-sxm", "gb300")
@@ -45,9 +46,8 @@ FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generatio
           "mla.context": "attention", "mla.generation": "attention", "moe": "moe", "moe.trtllm_gen": "moe",
           "allreduce": "allreduce", "vector": "vector"}
 TARGETS = {"gemm": 0.08, "attention": 0.10}
-#: variants whose rows are derived from other measurements, not measured: left out of the
-#: figures (TensorRT-LLM's fp8_static GEMM = its fp8 row minus ComputeScale, perfcast.db.aic_tables.with_fp8_static)
-DERIVED = {("gemm", "fp8_static")}
+#: variants whose rows are derived from other measurements, not measured: left out of the figures
+DERIVED = {("gemm", fmt) for fmt in DERIVED_ROWS}
 BAND_TARGET, TRANSFER_TARGET = 0.15, 0.12
 MIN_BAND = 50
 

@@ -324,3 +324,19 @@ def test_quantize_fp8_is_static_fp8_dynamic_is_not():
     saved = dynamic.evaluations["analytic"].time_s - static.evaluations["analytic"].time_s
     assert 0.15 < saved / dynamic.evaluations["analytic"].time_s < 0.4
     assert step("vllm", "fp8").evaluations["analytic"].time_s == step("vllm", "fp8_dynamic").evaluations["analytic"].time_s
+
+
+def test_a_price_read_from_derived_rows_says_derived():
+    """The profiling model reads TensorRT-LLM's fp8_static GEMMs from rows computed from two
+    measurements: their share of the step is labelled derived, never measured."""
+    model = load_model_config("llama-3.1-8b")
+
+    def step(flag):
+        r = simulate(Request(model, get_device("h200-sxm"), num_queries=8, context_length=1024, decode=True,
+                             engine="trtllm", quantize=flag, performance_models=("profiling",)))
+        return r.evaluations["profiling"].provenance_shares()
+
+    static, dynamic = step("fp8"), step("fp8_dynamic")
+    assert static.get("derived", 0) > 0.3 and "derived" not in dynamic
+    assert dynamic.get("measured", 0) + dynamic.get("interpolated", 0) > static.get("measured", 0) + static.get(
+        "interpolated", 0)

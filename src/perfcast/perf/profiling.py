@@ -24,6 +24,7 @@ from perfcast.perf.database_files import (STATISTICS, TEXT_COLUMNS, KernelSpec, 
 from perfcast.perf.databases import find_database, shipped_root, table_files  # noqa: F401  (re-exported)
 from perfcast.perf.empirical import DataSource, Miss, QueryResult
 from perfcast.perf.features import NEUTRAL, features
+from perfcast.perf.kernel_classes import DERIVED_ROWS
 from perfcast.perf.model import Provenance
 from perfcast.perf.table_csv import read_table
 from perfcast.perf.tables import KernelTable
@@ -271,6 +272,9 @@ class ProfilingDataSource(DataSource):
         if isinstance(got, str):
             return got
         latency, how = got
+        derived = DERIVED_ROWS.get(str(feats.get("dtype")))
+        if derived:  # rows computed from two measurements: the price says so
+            return QueryResult(latency, Provenance.DERIVED, f"{kernel}: {how}, from derived rows ({derived})")
         source = Provenance.MEASURED if how == "exact" else Provenance.INTERPOLATED
         return QueryResult(latency, source, f"{kernel}: {how}")
 
