@@ -105,7 +105,16 @@ def test_the_tables_favour_the_trtllm_kernels_at_decode_sizes_and_cutlass_at_pre
     (["deepseek-v3", "--device", "b200-sxm", "--engine-option", "colour=red"],
      "--engine-option colour=red: engine trtllm has no option 'colour' (its options: moe_backend)"),
     (["deepseek-v3", "--device", "b200-sxm", "--engine", "vllm", "--engine-option", "moe_backend=TRTLLM"],
-     "--engine-option moe_backend=TRTLLM: engine vllm has no option 'moe_backend' (its options: none)"),
+     "--engine-option moe_backend=TRTLLM: engine vllm has no option 'moe_backend' (its options: "
+     "moe_mxfp4_activations)"),
+    (["gpt-oss-120b", "--device", "h200-sxm", "--engine", "vllm", "--engine-option", "moe_mxfp4_activations=mxfp8"],
+     "--engine-option moe_mxfp4_activations=mxfp8: vllm's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment: mxfp8 "
+     "when 1) mxfp8 runs on b200-sxm, b300-sxm, gb200, gb300, not h200-sxm"),
+    (["llama-3.1-8b", "--device", "b200-sxm", "--engine", "vllm", "--engine-option", "moe_mxfp4_activations=mxfp8"],
+     "--engine-option moe_mxfp4_activations=mxfp8: llama-3.1-8b has no routed experts"),
+    (["qwen3-30b-a3b", "--device", "b200-sxm", "--engine", "vllm", "--engine-option", "moe_mxfp4_activations=mxfp8"],
+     "--engine-option moe_mxfp4_activations=mxfp8: vLLM's MXFP4 MoE backends serve MXFP4 experts, and "
+     "qwen3-30b-a3b's experts are unquantized here"),
     (["llama-3.1-8b", "--device", "b200-sxm", "--engine-option", "moe_backend=TRTLLM"],
      "--engine-option moe_backend=TRTLLM: llama-3.1-8b has no routed experts"),
     (["deepseek-v3", "--device", "b200-sxm", "--quantize", "none", "--engine-option", "moe_backend=TRTLLM"],
@@ -231,3 +240,38 @@ def test_optimize_applies_the_option_to_every_candidate_and_writes_it_out(tmp_pa
 def test_a_search_whose_option_cannot_apply_everywhere_is_one_line(command, argv, message):
     rc, out, err = run_cli(command, *argv, "--engine-option", "moe_backend=TRTLLM")
     assert (rc, out, err) == (2, "", f"perfcast {command}: error: {message}\n")
+
+
+# -- vLLM's MXFP4 MoE activations ----------------------------------------------------------------
+
+def _gptoss_vllm(options=()):
+    return simulate(Request(load_model_config("gpt-oss-120b"), get_device("b200-sxm"), engine="vllm", decode=True,
+                            num_queries=32, context_length=2048, engine_options=options, layout=Layout(tp=2)))
+
+
+def test_vllm_mxfp4_moe_activations_pick_the_experts_kernel():
+    """vLLM on SM100 runs gpt-oss's MXFP4 experts with bf16 activations (SM100_FI_MXFP4_BF16) unless
+    VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (``moe_mxfp4_activations=mxfp8``): then MXFP4 × MXFP8,
+    priced by vLLM's own W4A8 MXFP4 fit; attention, router and lm_head stay bf16."""
+    base, mx = _gptoss_vllm(), _gptoss_vllm((("moe_mxfp4_activations", "mxfp8"),))
+    kernels = {r.quantization["groups"][i]["group"]: r.quantization["groups"][i]["kernel_format"]
+               for r in (mx,) for i in range(len(r.quantization["groups"]))}
+    assert kernels["experts"] == "w4a8_mxfp4_mxfp8" and kernels.get("attention", "bf16") == "bf16"
+    assert {g["group"]: g["kernel_format"] for g in base.quantization["groups"]}["experts"] == "w4a16_mxfp4"
+    assert {classify(lt.leaf)[1]["dtype"] for lt in _experts(mx)} == {"w4a8_mxfp4_mxfp8"}
+    assert "derived" not in mx.evaluations["analytic"].provenance_shares()  # vLLM's own fit of the format
+    assert mx.evaluations["analytic"].time_s < 0.85 * base.evaluations["analytic"].time_s
+
+
+def test_inferencex_gpt_oss_vllm_b200_rows_take_the_scripts_mxfp8_moe():
+    """gptoss_fp4_b200.sh exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (since 5e92867f4); the H200 and
+    H100 scripts run vLLM's defaults."""
+    over = dict(model_path="openai/gpt-oss-120b", backend="vllm", precision="fp4", gemm_quant_mode="nvfp4",
+                moe_quant_mode="nvfp4", tp_size="2", moe_tp_size="2", batch_size="32")
+    b200 = case(system="b200_sxm", **over)
+    assert b200.predictable, b200.reason
+    assert b200.engine_options == (("moe_mxfp4_activations", "mxfp8"),)
+    assert "moe_mxfp4_activations mxfp8" in b200.notes[-1]
+    from perfcast.inference.validation import command
+    assert command(b200).endswith("--engine-option moe_mxfp4_activations=mxfp8")
+    assert case(system="h200_sxm", **over).engine_options == ()

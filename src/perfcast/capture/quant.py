@@ -46,12 +46,13 @@ class QuantPlan:
     native: frozenset[str]  # dtypes the device's matrix units multiply
     model_dtype: str = "bf16"
     engine: str | None = None  # the engine profile's framework: some pick their own kernel for a format
+    options: tuple[tuple[str, str], ...] = ()  # the engine's option values (name, value) that can pick one
 
     def format(self, module: str, group: str) -> LeafFormat | None:
         s = self.quantization.scheme(module, group)
         if s is None:
             return None
-        kernel, act = s.execution(self.native, self.engine, group)
+        kernel, act = s.execution(self.native, self.engine, group, self.options)
         return LeafFormat(group, s, kernel, act is not None, s.weight, act or self.model_dtype,
                           element(act or self.model_dtype))
 

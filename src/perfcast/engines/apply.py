@@ -65,13 +65,23 @@ def with_options(profile: EngineProfile, options: tuple[tuple[str, str], ...], d
 
 def check_options(options: tuple[tuple[str, str], ...], model, profile: EngineProfile | None = None,
                   quantization=None) -> None:
-    """Options that cannot apply to ``model``: a MoE backend for a model without routed experts,
-    or (given the resolved ``profile`` and the step's ``quantization``) TensorRT-LLM's TRTLLM
-    backend for experts in the model dtype (TRTLLMGenFusedMoE serves block-FP8, NVFP4 and MXFP4
-    experts only)."""
+    """Options that cannot apply to ``model``: a MoE backend or MoE activation type for a model
+    without routed experts, or (given the resolved ``profile`` and the step's ``quantization``)
+    TensorRT-LLM's TRTLLM backend for experts in the model dtype (TRTLLMGenFusedMoE serves
+    block-FP8, NVFP4 and MXFP4 experts only), vLLM's MXFP4 MoE activations for experts that are
+    not MXFP4."""
     from perfcast.capture.parallel import experts_of
 
     named = dict(options)
+    act = named.get("moe_mxfp4_activations")
+    if act is not None:
+        if not experts_of(model.data):
+            raise UserError(f"--engine-option moe_mxfp4_activations={act}: {model.name} has no routed experts")
+        scheme = quantization.scheme("mlp.experts", "experts") if quantization is not None else None
+        if quantization is not None and getattr(scheme, "name", None) != "mxfp4":
+            raise UserError(f"--engine-option moe_mxfp4_activations={act}: vLLM's MXFP4 MoE backends serve MXFP4 "
+                            f"experts, and {model.name}'s experts are {getattr(scheme, 'name', None) or 'unquantized'} "
+                            f"here")
     if "moe_backend" not in named:
         return
     if not experts_of(model.data):

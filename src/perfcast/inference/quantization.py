@@ -43,7 +43,9 @@ def resolve(req) -> Resolved:
     ckpt = quant_configs.read(req.model)
     q = ckpt if req.quantize is None else from_flag(req.quantize, base=ckpt)
     native = frozenset(req.device.spec.datasheet.matrix_flops_per_s)
-    plan = QuantPlan(q, native, req.dtype, req.profile().framework) if q.quantized else None
+    profile = req.profile()
+    options = tuple((name, o.value) for name, o in sorted(profile.options.items()))
+    plan = QuantPlan(q, native, req.dtype, profile.framework, options) if q.quantized else None
     if req.kv_dtype is not None:
         kv, source = req.kv_dtype, "--kv-cache-dtype"
     elif ckpt.kv_cache is not None:

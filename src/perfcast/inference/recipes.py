@@ -1,7 +1,8 @@
 """The engine settings a measured row is replayed with: those its campaign's launch scripts state
 (``data/validation/inferencex_recipes.yaml``: the KV-cache dtype, the step token budget, the
-memory fraction, TensorRT-LLM's batch waiting and SGLang's scheduler recv interval of the
-InferenceX scripts, in place of the engine's defaults), and whether the row's batch is the
+memory fraction, TensorRT-LLM's batch waiting, SGLang's scheduler recv interval and engine
+options such as vLLM's MXFP4 MoE activations of the InferenceX scripts, in place of the engine's
+defaults), and whether the row's batch is the
 engine's batch limit. Transcribed launch flags, each with its script and commit; nothing fitted."""
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def _entries() -> tuple[dict, ...]:
                     or not all(v in choices for v in mb.values()):
                 raise UserError(f"{where}: moe_backend: expected without_attention_dp / with_attention_dp, each one "
                                 f"of engine {e['backend']}'s moe_backend values ({', '.join(choices) or 'none'})")
+        opts = e.get("engine_options")
+        if opts is not None:
+            from perfcast.engines import get_engine
+
+            declared = get_engine(e["backend"]).options
+            if not isinstance(opts, dict) or not all(k in declared and v in declared[k].choices for k, v in opts.items()):
+                raise UserError(f"{where}: engine_options: expected a mapping of engine {e['backend']}'s options to one "
+                                f"of their values ({', '.join(f'{k}: {o.choices}' for k, o in declared.items()) or 'none'})")
     return tuple(entries)
 
 
@@ -91,8 +100,9 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             moe = (e.get("moe_backend") or {}).get("with_attention_dp" if attention_dp else "without_attention_dp")
             recv = next((int(x["value"]) for x in e.get("scheduler_recv_interval") or ()
                          if x.get("tp", tp) == tp and concurrency < x.get("concurrency_below", concurrency + 1)), None)
+            options = ((("moe_backend", moe),) if moe else ()) + tuple(sorted((e.get("engine_options") or {}).items()))
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()), (("moe_backend", moe),) if moe else (), recv)
+                          " ".join(e["source"].split()), options, recv)
     return None
 
 

@@ -32,6 +32,25 @@ FLAG_GROUPS = ("attention", "mlp", "experts", "lm_head")
 
 
 @dataclass(frozen=True)
+class EngineKernel:
+    """A kernel an engine picks for a storage format: under ``engine``, where the device
+    multiplies ``needs``, for linears of ``groups`` (empty: every group) and, if ``option`` is
+    given, with that engine option (name, value) set, it quantizes activations to ``activation``
+    and runs the GEMM format ``kernel``."""
+
+    engine: str
+    needs: str
+    activation: str
+    kernel: str
+    groups: tuple[str, ...] = ()
+    option: tuple[str, str] | None = None
+
+    def applies(self, native: frozenset[str], engine: str | None, group: str | None, options) -> bool:
+        return (self.engine == engine and self.needs in native and (not self.groups or group in self.groups)
+                and (self.option is None or self.option in options))
+
+
+@dataclass(frozen=True)
 class Scheme:
     name: str
     weight: str  # storage dtype of the weights, scales included
@@ -39,20 +58,16 @@ class Scheme:
     kernel: str | None  # GEMM format when the device multiplies in the activation's type
     weight_only: str  # GEMM format that dequantizes the weights inside the kernel
     detail: str
-    # (engine, matrix dtype the device must have, activation dtype, GEMM format): a kernel an
-    # engine picks for this storage format where the device multiplies that dtype
-    engine_kernels: tuple[tuple[str, str, str, str], ...] = ()
-    # module groups the engine kernels apply to (empty: every group)
-    engine_groups: tuple[str, ...] = ()
+    engine_kernels: tuple[EngineKernel, ...] = ()  # kernels engines pick for this format, first match wins
 
-    def execution(self, native: frozenset[str], engine: str | None = None,
-                  group: str | None = None) -> tuple[str, str | None]:
+    def execution(self, native: frozenset[str], engine: str | None = None, group: str | None = None,
+                  options: tuple[tuple[str, str], ...] = ()) -> tuple[str, str | None]:
         """(GEMM format, the activation dtype it multiplies in; None: weight-only, in the model
-        dtype) on a device whose matrix units take the dtypes ``native``, under ``engine``, for a
-        linear of module ``group``."""
-        for name, needs, act, kernel in self.engine_kernels:
-            if name == engine and needs in native and (not self.engine_groups or group in self.engine_groups):
-                return kernel, act
+        dtype) on a device whose matrix units take the dtypes ``native``, under ``engine`` with
+        its ``options`` (name, value) set, for a linear of module ``group``."""
+        for k in self.engine_kernels:
+            if k.applies(native, engine, group, options):
+                return k.kernel, k.activation
         if self.activation is not None and self.kernel and element(self.activation) in native:
             return self.kernel, self.activation
         return self.weight_only, None
@@ -75,8 +90,8 @@ def fp8(activations: bool = True, per: str = "tensor", static: bool = False) -> 
     return Scheme("fp8", "fp8", "fp8" if activations else None, "fp8", "w8a16",
                   f"FP8 E4M3 weights (scale per {per})" + (f", FP8 activations{scale}" if activations
                                                              else ", 16-bit activations"),
-                  engine_kernels=(("trtllm", "fp8", "fp8", "fp8_static"),) if scale else (),
-                  engine_groups=("attention", "mlp", "lm_head") if scale else ())
+                  engine_kernels=(EngineKernel("trtllm", "fp8", "fp8", "fp8_static", ("attention", "mlp", "lm_head")),)
+                  if scale else ())
 
 
 def fp8_block(block: tuple[int, int] = (128, 128)) -> Scheme:
@@ -120,16 +135,22 @@ def mxfp4(activations: str | None = None) -> Scheme:
     """MXFP4: E2M1 with one E8M0 scale per 32 (OCP MX v1.0 §5). gpt-oss's checkpoint states no
     activation quantization: weight-only with bf16 activations (TensorRT-LLM W4A16_MXFP4 MoE,
     also on SM90; vLLM's Marlin / triton_kernels MXFP4 MoE); ``mxfp8`` activations take
-    Blackwell's MXFP4 × MXFP8 MoE kernel (TensorRT-LLM W4A8_MXFP4_MXFP8)."""
+    Blackwell's MXFP4 × MXFP8 MoE kernel (TensorRT-LLM W4A8_MXFP4_MXFP8; vLLM's FlashInfer
+    TRT-LLM-gen MoE with ``--engine-option moe_mxfp4_activations=mxfp8``)."""
     if activations == "mxfp8":
         return Scheme("mxfp4", "fp4+e8m0/32", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8", "w4a16_mxfp4",
                       "MXFP4 weights (E2M1, one E8M0 scale per 32), MXFP8 activations")
     # TensorRT-LLM quantizes the activations of an MXFP4 checkpoint to MXFP8 on SM ≥ 100 (its
     # default MoE backends) and runs W4A16_MXFP4 below (tensorrt_llm/_torch/model_config.py
-    # ModelConfig.get_mxfp4_quant_algo): the FP4 tensor cores are what SM ≥ 100 adds
+    # ModelConfig.get_mxfp4_quant_algo): the FP4 tensor cores are what SM ≥ 100 adds. vLLM keeps
+    # bf16 activations on SM100 (SM100_FI_MXFP4_BF16) unless VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1
+    # selects SM100_FI_MXFP4_MXFP8_TRTLLM (vllm/model_executor/layers/quantization/mxfp4.py
+    # get_mxfp4_backend): its experts only
     return Scheme("mxfp4", "fp4+e8m0/32", None, None, "w4a16_mxfp4",
                   "MXFP4 weights (E2M1, one E8M0 scale per 32), 16-bit activations",
-                  engine_kernels=(("trtllm", "fp4", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8"),))
+                  engine_kernels=(EngineKernel("trtllm", "fp4", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8"),
+                                  EngineKernel("vllm", "fp4", "fp8+e8m0/32", "w4a8_mxfp4_mxfp8", ("experts",),
+                                               ("moe_mxfp4_activations", "mxfp8"))))
 
 
 def _grouped(elem: str, group: int | None, scale: str, zero: bool) -> str:
