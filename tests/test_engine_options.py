@@ -275,3 +275,17 @@ def test_inferencex_gpt_oss_vllm_b200_rows_take_the_scripts_mxfp8_moe():
     from perfcast.inference.validation import command
     assert command(b200).endswith("--engine-option moe_mxfp4_activations=mxfp8")
     assert case(system="h200_sxm", **over).engine_options == ()
+
+
+def test_the_vllm_launch_command_sets_the_mxfp4_mxfp8_environment():
+    from perfcast.search.launch import _command
+    from perfcast.search.optimize import SearchSpec
+    from perfcast.serving.types import SLO
+
+    def argv(options):
+        spec = SearchSpec("gpt-oss-120b", ("b200-sxm",), 8, 1024, 1024, SLO(ttft_s=2.0, tpot_s=0.05), engine="vllm",
+                          engine_options=options)
+        return _command("vllm", "openai/gpt-oss-120b", Layout(tp=2), 64, {}, spec, 0.9, None)[0]
+
+    assert argv((("moe_mxfp4_activations", "mxfp8"),))[:3] == ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1", "vllm", "serve"]
+    assert argv(())[:2] == ["vllm", "serve"]

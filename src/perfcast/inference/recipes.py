@@ -1,9 +1,9 @@
 """The engine settings a measured row is replayed with: those its campaign's launch scripts state
 (``data/validation/inferencex_recipes.yaml``: the KV-cache dtype, the step token budget, the
 memory fraction, TensorRT-LLM's batch waiting, SGLang's scheduler recv interval and engine
-options such as vLLM's MXFP4 MoE activations of the InferenceX scripts, in place of the engine's
-defaults), and whether the row's batch is the
-engine's batch limit. Transcribed launch flags, each with its script and commit; nothing fitted."""
+options such as vLLM's MXFP4 MoE activations of the InferenceX scripts, in place of the
+engine's defaults), and whether the row's batch is the engine's batch limit. Transcribed launch
+flags, each with its script and commit; nothing fitted."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ Only flags the engines document, each with its source:
   ``--tensor-parallel-size``, ``--pipeline-parallel-size``, ``--data-parallel-size``,
   ``--enable-expert-parallel``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
   ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill``, ``--gpu-memory-utilization``,
-  ``--kv-cache-dtype``, ``--quantization``, ``--max-model-len``; disaggregated prefill with
+  ``--kv-cache-dtype``, ``--quantization``, ``--max-model-len``, the environment variable
+  ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``--engine-option moe_mxfp4_activations=mxfp8``:
+  vllm/envs.py, read by vllm/model_executor/layers/quantization/mxfp4.py); disaggregated prefill with
   ``--kv-transfer-config`` and the NIXL connector
   (https://docs.vllm.ai/en/latest/features/nixl_connector_usage.html). vLLM's expert parallelism
   spans every rank of the instance (EP = TP × DP) or is off.
@@ -142,7 +144,9 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
     seq = spec.isl + spec.osl
     tokens, chunked = s.get("max_num_tokens"), s.get("chunked_prefill")
     if engine == "vllm":
-        argv = ["vllm", "serve", repo, "--tensor-parallel-size", str(lay.tp)]
+        env = (["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"]
+               if dict(spec.engine_options).get("moe_mxfp4_activations") == "mxfp8" else [])
+        argv = [*env, "vllm", "serve", repo, "--tensor-parallel-size", str(lay.tp)]
         if lay.pp > 1:
             argv += ["--pipeline-parallel-size", str(lay.pp)]
         if lay.dp > 1:
