@@ -94,6 +94,10 @@ def load_calibration_file(path: Path) -> CalibrationFile:
     return parse_spec(CalibrationFile, path, read_yaml(path))
 
 
+def _version_key(version: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[a-z]+", version))
+
+
 def calibration_files(device: str) -> list[Path]:
     folder = calibration_root() / device
     return sorted(folder.glob("*.yaml")) if folder.is_dir() else []
@@ -104,8 +108,6 @@ def find_calibration(device: str, framework: str | None = None, version: str | N
     ``version`` is given); without a framework, the first framework by name (trtllm before vllm
     before sglang, the engines' order of preference in aiconfigurator's own tables). None when
     the device has none for the framework."""
-    from perfcast.perf.databases import version_key  # (perfcast.perf imports the hardware package)
-
     found = []
     for path in calibration_files(device):
         fw, _, ver = path.stem.partition("-")
@@ -113,7 +115,7 @@ def find_calibration(device: str, framework: str | None = None, version: str | N
             continue
         if version is not None and ver != version:
             continue
-        found.append((_PREFERENCE.get(fw, 9), fw, version_key(ver), path))
+        found.append((_PREFERENCE.get(fw, 9), fw, _version_key(ver), path))
     if not found:
         return None
     best_fw = min(found)[:2]
