@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from perfcast.hardware.spec import (MAX_FIGURE, NonNegative, Positive, SpecError, Text, _Strict, at_least, at_most,
                                     parse_spec, read_yaml)
+from perfcast.inputs.versions import version_key
 
 #: A fitted figure without a sign (a residual's log ratio, its cells' centres), finite
 Figure = Annotated[float, Field(strict=True), at_least(-MAX_FIGURE), at_most(MAX_FIGURE)]
@@ -94,10 +95,6 @@ def load_calibration_file(path: Path) -> CalibrationFile:
     return parse_spec(CalibrationFile, path, read_yaml(path))
 
 
-def _version_key(version: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[a-z]+", version))
-
-
 def calibration_files(device: str) -> list[Path]:
     folder = calibration_root() / device
     return sorted(folder.glob("*.yaml")) if folder.is_dir() else []
@@ -115,7 +112,7 @@ def find_calibration(device: str, framework: str | None = None, version: str | N
             continue
         if version is not None and ver != version:
             continue
-        found.append((_PREFERENCE.get(fw, 9), fw, _version_key(ver), path))
+        found.append((_PREFERENCE.get(fw, 9), fw, version_key(ver), path))
     if not found:
         return None
     best_fw = min(found)[:2]
