@@ -73,23 +73,20 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
     from perfcast.capture.parallel import experts_of
 
     named = dict(options)
-    act = named.get("moe_mxfp4_activations")
-    if act is not None:
-        if not experts_of(model.data):
-            raise UserError(f"--engine-option moe_mxfp4_activations={act}: {model.name} has no routed experts")
-        scheme = quantization.scheme("mlp.experts", "experts") if quantization is not None else None
-        if quantization is not None and getattr(scheme, "name", None) != "mxfp4":
-            raise UserError(f"--engine-option moe_mxfp4_activations={act}: vLLM's MXFP4 MoE backends serve MXFP4 "
-                            f"experts, and {model.name}'s experts are {getattr(scheme, 'name', None) or 'unquantized'} "
-                            f"here")
-    if "moe_backend" not in named:
+    for key in ("moe_backend", "moe_mxfp4_activations"):  # the routed experts' kernel options
+        if key in named and not experts_of(model.data):
+            raise UserError(f"--engine-option {key}={named[key]}: {model.name} has no routed experts")
+    if quantization is None:
         return
-    if not experts_of(model.data):
-        raise UserError(f"--engine-option moe_backend={named['moe_backend']}: {model.name} has no routed experts")
-    if quantization is not None and profile.options["moe_backend"].value == "TRTLLM" \
-            and quantization.scheme("mlp.experts", "experts") is None:
+    experts = quantization.scheme("mlp.experts", "experts")
+    if "moe_backend" in named and profile.options["moe_backend"].value == "TRTLLM" and experts is None:
         raise UserError(f"--engine-option moe_backend=TRTLLM: TensorRT-LLM's TRTLLM MoE backend serves block-FP8, "
                         f"NVFP4 or MXFP4 experts, and {model.name}'s experts are unquantized here (pass --quantize)")
+    act = named.get("moe_mxfp4_activations")
+    if act is not None and getattr(experts, "name", None) != "mxfp4":
+        raise UserError(f"--engine-option moe_mxfp4_activations={act}: vLLM's MXFP4 MoE backends serve MXFP4 "
+                        f"experts, and {model.name}'s experts are {getattr(experts, 'name', None) or 'unquantized'} "
+                        f"here")
 
 
 def rotates(profile: EngineProfile, phase: str) -> bool:

@@ -126,15 +126,15 @@ GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_
 #: 8-bit tensor-core rate on Hopper (NVIDIA H100 datasheet: 1,979 TOPS / TFLOPS dense); an
 #: FP8 GEMM with a static activation scale is the FP8 GEMM without the scale computation, so a
 #: device with no fit of its own prices it as the (dynamic) FP8 GEMM, an upper bound.
-#: GEMM formats whose table rows are derived from other measurements, not measured: a price
-#: read from them is labelled derived, and the kernel-accuracy benchmark leaves them out
-DERIVED_ROWS = {"fp8_static": "the fp8 GEMM's row less ComputeScale at its m x k "
-                              "(perfcast.db.aic_tables.with_fp8_static)"}
 NEAREST = {
     "w4a16_nvfp4": ("w4a16_mxfp4", "w4a16", "bf16"), "w4a16_mxfp4": ("w4a16", "bf16"),
     "w4a16": ("w4a16_mxfp4", "bf16"), "w8a16": ("bf16",), "fp8_block": ("fp8",), "int8": ("fp8",),
     "fp8_static": ("fp8",), "w4a8_mxfp4_mxfp8": ("w4a16_mxfp4",),
 }
+#: GEMM formats whose table rows are derived from other measurements, not measured: a price
+#: read from them is labelled derived, and the kernel-accuracy benchmark leaves them out
+DERIVED_ROWS = {"fp8_static": "the fp8 GEMM's row less ComputeScale at its m x k "
+                              "(perfcast.db.aic_tables.with_fp8_static)"}
 #: output tile the wave count assumes: CUTLASS/cuBLAS Hopper GEMMs tile the output in
 #: 128×128 blocks for all but the smallest problems (NVIDIA CUTLASS 3.x, "Efficient GEMM").
 TILE = 128
