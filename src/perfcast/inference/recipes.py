@@ -2,8 +2,9 @@
 (``data/validation/inferencex_recipes.yaml``: the KV-cache dtype, the step token budget, the
 memory fraction, TensorRT-LLM's batch waiting, SGLang's scheduler recv interval and engine
 options such as vLLM's MXFP4 MoE activations of the InferenceX scripts, in place of the
-engine's defaults), and whether the row's batch is the engine's batch limit. Transcribed launch
-flags, each with its script and commit; nothing fitted."""
+engine's defaults), whether the row's batch is the engine's batch limit, and which rows the
+campaign's speculative-decoding scripts measured (:func:`speculative_run`). Transcribed launch
+flags and config keys, each with its script and commit; nothing fitted."""
 
 from __future__ import annotations
 
@@ -35,11 +36,47 @@ class Recipe:
 
 
 @lru_cache(maxsize=None)
-def _entries() -> tuple[dict, ...]:
+def _doc() -> dict:
     from importlib import resources
 
     doc = load_yaml(str(resources.files("perfcast.data") / "validation" / RECIPES))
-    entries = doc.get("recipes") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        raise UserError(f"{RECIPES}: expected a mapping with a 'recipes' list")
+    return doc
+
+
+def _matches(e: dict, model_path: str, backend: str, system: str, precision: str) -> bool:
+    return (e["model_path"], e["backend"]) == (model_path, backend) and system in e["systems"] \
+        and precision in e["precisions"]
+
+
+@lru_cache(maxsize=None)
+def _speculative_entries() -> tuple[dict, ...]:
+    entries = _doc().get("speculative_runs") or []
+    if not isinstance(entries, list):
+        raise UserError(f"{RECIPES}: speculative_runs: expected a list")
+    for k, e in enumerate(entries):
+        for key in ("model_path", "backend", "systems", "precisions", "images", "method", "source"):
+            if not e.get(key):
+                raise UserError(f"{RECIPES}: speculative_runs[{k}]: missing {key}")
+    return tuple(entries)
+
+
+def speculative_run(model_path: str, backend: str, system: str, precision: str, image: str) -> str | None:
+    """Why a row is not priced where its container image is one only the campaign's speculative
+    script ran (``speculative_runs`` of the recipes), or None: its TPOT depends on an acceptance rate
+    neither the row nor the campaign states."""
+    for e in _speculative_entries():
+        if image and image in e["images"] and _matches(e, model_path, backend, system, precision):
+            return (f"ran speculative decoding, {' '.join(e['method'].split())} (image {image}, which only the "
+                    f"campaign's speculative script ran: {RECIPES} speculative_runs); the row states no acceptance "
+                    f"rate, on which its TPOT depends")
+    return None
+
+
+@lru_cache(maxsize=None)
+def _entries() -> tuple[dict, ...]:
+    entries = _doc().get("recipes")
     if not isinstance(entries, list):
         raise UserError(f"{RECIPES}: expected a 'recipes' list")
     for k, e in enumerate(entries):
@@ -91,8 +128,7 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
     SGLang's recv interval is the first of the entry's rules whose ``tp`` and
     ``concurrency_below`` the row meets (the scripts choose it by TP and concurrency)."""
     for e in _entries():
-        if (e["model_path"], e["backend"]) == (model_path, backend) and system in e["systems"] \
-                and precision in e["precisions"]:
+        if _matches(e, model_path, backend, system, precision):
             bw = e.get("batch_wait")
             wait = None
             if bw is not None and (isl, osl) == (bw["isl"], bw["osl"]) and tp < bw["tp_below"]:

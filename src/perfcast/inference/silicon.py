@@ -288,8 +288,9 @@ def _dp_attention(row: dict) -> tuple[dict, str | None]:
 
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
-    checked in a fixed order: device, model, backend, quantization, layout, then perfcast's own
-    request check (its error line, e.g. fp4 on a device without an fp4 rate)."""
+    checked in a fixed order: device, model, backend, quantization, layout, a campaign's speculative
+    script (:func:`perfcast.inference.recipes.speculative_run`), then perfcast's own request check
+    (its error line, e.g. fp4 on a device without an fp4 rate)."""
     t = tables()
     path, system = row["model_path"], row["system"]
     entry = t["models"].get(path)
@@ -346,9 +347,12 @@ def map_row(row: dict) -> Case:
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
     base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
-    from perfcast.inference.recipes import with_batch_limit, with_recipe
+    from perfcast.inference.recipes import speculative_run, with_batch_limit, with_recipe
 
     if base.benchmark == "inferencex" and base.mode == "agg":  # the recipes are single-node servers' scripts
+        why = speculative_run(base.model_path, base.backend, base.system, row.get("precision", ""), row.get("image", ""))
+        if why:
+            return replace(base, reason=why)
         base = with_recipe(base, row.get("precision", ""))
     base = with_batch_limit(base)
     if base.mode == "disagg":

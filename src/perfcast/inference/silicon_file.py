@@ -1,7 +1,8 @@
 """The silicon sample as a file: the columns perfcast reads, the shipped copy of aiconfigurator-core's
 ``silicon_sample.csv`` (:func:`read`, :func:`manifest`) and the conversion that writes it
 (:func:`convert`), with what it adds from the free-text ``silicon_data_source``: the concurrency, the
-benchmark client (:func:`benchmark_of`) and the collection (:func:`collection_of`). The mapping of a
+benchmark client (:func:`benchmark_of`), the collection (:func:`collection_of`), the container image
+(:func:`image_of`) and the measurement date (:func:`measured_of`). The mapping of a
 row to a perfcast step is :mod:`perfcast.inference.silicon`."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # pandas is imported where the rows are read: the serving lay
     import pandas as pd
 
 #: Columns the mapping reads (the shipped copy keeps exactly these and WORKER_COLUMNS, plus
-#: ``concurrency``, ``benchmark`` and ``collection``).
+#: :data:`ADDED`).
 COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
            "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
            "moe_tp_size", "moe_ep_size", "decode_batch_size", "decode_tp_size", "decode_pp_size",
@@ -30,7 +31,13 @@ COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precisio
 #: workers and both pools' worker counts.
 WORKER_COLUMNS = ("prefill_batch_size", "prefill_num_workers", "prefill_tp_size", "prefill_pp_size",
                   "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_num_workers")
+#: Columns the shipped copy adds from ``silicon_data_source``.
+ADDED = ("concurrency", "benchmark", "collection", "image", "measured")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+_IMAGE = re.compile(r"(?:^|;)\s*image=([^;]+)")
+_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
+#: A database dump's last field: the bare image reference (``lmsysorg/sglang:v0.5.10.post1-cu130``).
+_BARE_IMAGE = re.compile(r"^[\w.-]+(?:[/#][\w.-]+)+(?::[\w.@-]+)+$")
 #: The InferenceX (InferenceMAX) cohort's sources: its dated result files and its database dumps.
 _INFERENCEX = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/)")
 
@@ -51,6 +58,23 @@ def collection_of(source: str) -> str:
     path cut to what follows its ``data/`` folder (``h100_sxm/trtllm/1.0.0rc3/…csv``)."""
     first = (source or "").split(";")[0].strip().removeprefix("source_file=")
     return first.split("/data/", 1)[1] if "/data/" in first else first
+
+
+def image_of(source: str) -> str:
+    """The container image that ran a row, from ``silicon_data_source``: its ``image=`` field, or a
+    database dump's last field where that is a bare image reference; ``#`` (a registry separator
+    some sources write) read as ``/``. Empty where the source names none."""
+    fields = (source or "").split(";")
+    m = _IMAGE.search(source or "")
+    image = m.group(1).strip() if m else fields[-1].strip() if _BARE_IMAGE.match(fields[-1].strip()) else ""
+    return image.replace("#", "/")
+
+
+def measured_of(source: str) -> str:
+    """The date (YYYY-MM-DD) a row was measured, from ``silicon_data_source``'s ``measured=``; empty
+    where the source states none."""
+    m = _MEASURED.search(source or "")
+    return m.group(1) if m else ""
 
 
 def shipped_path() -> Path:
@@ -88,6 +112,10 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
         frame["benchmark"] = source.map(benchmark_of)
     if "collection" not in frame.columns:
         frame["collection"] = source.map(collection_of)
+    if "image" not in frame.columns:
+        frame["image"] = source.map(image_of)
+    if "measured" not in frame.columns:
+        frame["measured"] = source.map(measured_of)
     for col in WORKER_COLUMNS:
         if col not in frame.columns:
             frame[col] = ""
@@ -102,11 +130,12 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
 
 def convert(source: str | Path, out: str | Path) -> dict:
     """Write the shipped copy from aiconfigurator-core's file: :data:`COLUMNS` and
-    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip), ``concurrency``,
-    ``benchmark`` (:func:`benchmark_of`) and ``collection`` (:func:`collection_of`) from
-    ``silicon_data_source``. Returns the counts the MANIFEST records."""
+    :data:`WORKER_COLUMNS` verbatim (the source's own text, no float round trip) and :data:`ADDED`
+    from ``silicon_data_source``: ``concurrency``, ``benchmark`` (:func:`benchmark_of`),
+    ``collection`` (:func:`collection_of`), ``image`` (:func:`image_of`) and ``measured``
+    (:func:`measured_of`). Returns the counts the MANIFEST records."""
     frame, _ = read(source)
-    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + ["concurrency", "benchmark", "collection"]]
+    kept = frame[list(COLUMNS) + list(WORKER_COLUMNS) + list(ADDED)]
     kept.to_csv(out, index=False)
     return {"rows": len(kept), "sha256_source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
             "sha256": hashlib.sha256(Path(out).read_bytes()).hexdigest()}

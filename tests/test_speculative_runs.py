@@ -1,0 +1,76 @@
+"""Rows the campaign's speculative-decoding scripts measured: the container image and date the shipped
+copy keeps from ``silicon_data_source``, and the rows ``perfcast validate`` leaves unpriced because
+only a speculative script ran their image (``inferencex_recipes.yaml`` speculative_runs)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from perfcast.inference import recipes, silicon
+from perfcast.inference.silicon_file import image_of, measured_of
+from perfcast.ir.errors import UserError
+from silicon_rows import case
+
+R1 = "deepseek-ai/DeepSeek-R1"
+POST3 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3"
+POST2 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2"
+# DeepSeek-R1 NVFP4 on four B200s, TP 4, 8 clients, 1,024 / 1,024 tokens: an InferenceX row
+R1_ROW = dict(model_path=R1, system="b200_sxm", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+              batch_size="8", tp_size="4", moe_tp_size="4", concurrency="8", backend_version="1.2.0rc6.post3")
+
+
+def test_the_image_and_date_come_from_the_three_forms_of_the_source():
+    assert image_of("source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; "
+                    "measured=2026-02-03T17:34:19Z; wip=False; image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post2") \
+        == POST2
+    dump = ("db-dump/2026-04-27; config_id=716; silicon_concurrency=4; measured=2026-04-17T00:00:00.000Z; "
+            "workflow_run_id=747; lmsysorg/sglang:v0.5.10.post1-cu130")
+    assert image_of(dump) == "lmsysorg/sglang:v0.5.10.post1-cu130"
+    assert measured_of(dump) == "2026-04-17"
+    assert image_of("x; lmsysorg/sglang:deepseek-v4-b300@sha256:26e1") == "lmsysorg/sglang:deepseek-v4-b300@sha256:26e1"
+    gap = "source_file=/Users/a/data/h100_sxm/trtllm/1.0.0rc3/x.csv; gtl_job_id=1; dynamo_version=0.9.0"
+    assert (image_of(gap), measured_of(gap)) == ("", "")
+    assert (image_of(""), measured_of("")) == ("", "")
+
+
+def test_a_row_of_the_speculative_scripts_image_is_not_priced_and_says_why():
+    mtp = case(**R1_ROW, image=POST3)
+    assert not mtp.predictable
+    assert mtp.reason.startswith("ran speculative decoding, MTP with 3 draft tokens, 1 with attention DP")
+    assert POST3 in mtp.reason and "acceptance rate" in mtp.reason and "speculative_runs" in mtp.reason
+    plain = case(**{**R1_ROW, "backend_version": "1.2.0rc6.post2"}, image=POST2)
+    assert plain.predictable, plain.reason
+
+
+@pytest.mark.parametrize("change", [dict(benchmark="gap-analysis"), dict(precision="bf16", gemm_quant_mode="",
+                                                                         moe_quant_mode=""),
+                                    dict(system="h200_sxm"), dict(image="")])
+def test_only_the_campaigns_rows_of_that_image_configuration_and_system_are_refused(change):
+    c = case(**{**R1_ROW, "image": POST3, **change})
+    assert not (c.reason or "").startswith("ran speculative decoding")
+
+
+def test_the_shipped_copy_refuses_exactly_the_speculative_scripts_rows():
+    frame, _ = silicon.read()
+    assert {"image", "measured"} <= set(frame.columns)
+    cases = {c.id: c for c in silicon.map_frame(frame)}
+    refused = Counter()
+    for row in frame.to_dict("records"):
+        if (cases[row["id"]].reason or "").startswith("ran speculative decoding"):
+            refused[(row["model_path"], row["system"], row["backend"], row["precision"], row["image"])] += 1
+    assert refused == {(R1, "b200_sxm", "trtllm", "fp4", POST3): 46, (R1, "b200_sxm", "trtllm", "fp8", POST3): 42,
+                       ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "sglang", "fp8", "lmsysorg/sglang:v0.5.9-cu130"): 42}
+
+
+def test_a_malformed_entry_is_an_error_naming_it(monkeypatch):
+    entry = {"model_path": R1, "backend": "trtllm", "systems": ["b200_sxm"], "precisions": ["fp4"],
+             "images": [POST3], "method": "MTP"}
+    monkeypatch.setattr(recipes, "_doc", lambda: {"recipes": [], "speculative_runs": [entry]})
+    recipes._speculative_entries.cache_clear()
+    try:
+        with pytest.raises(UserError, match=r"inferencex_recipes.yaml: speculative_runs\[0\]: missing source"):
+            recipes.speculative_run(R1, "trtllm", "b200_sxm", "fp4", POST3)
+    finally:
+        recipes._speculative_entries.cache_clear()
