@@ -62,15 +62,49 @@ def test_the_shipped_copy_refuses_exactly_the_speculative_scripts_rows():
             refused[(row["model_path"], row["system"], row["backend"], row["precision"], row["image"])] += 1
     assert refused == {(R1, "b200_sxm", "trtllm", "fp4", POST3): 46, (R1, "b200_sxm", "trtllm", "fp8", POST3): 42,
                        ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "sglang", "fp8", "lmsysorg/sglang:v0.5.9-cu130"): 42}
+    either = Counter((c.system, c.model_path) for c in cases.values()
+                     if any(a.startswith(recipes.SHARED_NOTE) for a in c.approximate))
+    assert either == {("b200_sxm", R1): 32 + 58, ("h200_sxm", R1): 43, ("b300_sxm", "Qwen/Qwen3.5-397B-A17B"): 58,
+                      ("b200_sxm", "deepseek-ai/DeepSeek-V3"): 11, ("b300_sxm", "deepseek-ai/DeepSeek-V3"): 10}
 
 
 def test_a_malformed_entry_is_an_error_naming_it(monkeypatch):
     entry = {"model_path": R1, "backend": "trtllm", "systems": ["b200_sxm"], "precisions": ["fp4"],
              "images": [POST3], "method": "MTP"}
-    monkeypatch.setattr(recipes, "_doc", lambda: {"recipes": [], "speculative_runs": [entry]})
-    recipes._speculative_entries.cache_clear()
+    whole = {**entry, "source": "s"}
+    docs = iter([{"recipes": [], "speculative_runs": [entry]},
+                 {"recipes": [], "speculative_runs": [whole], "speculative_or_plain": [whole]},
+                 {"recipes": [], "speculative_or_plain": [{**whole, "since": "2026-01-14", "tp": "8"}]}])
+    monkeypatch.setattr(recipes, "_doc", lambda: doc)
     try:
-        with pytest.raises(UserError, match=r"inferencex_recipes.yaml: speculative_runs\[0\]: missing source"):
-            recipes.speculative_run(R1, "trtllm", "b200_sxm", "fp4", POST3)
+        for missing in ("speculative_runs\\[0\\]: missing source", "speculative_or_plain\\[0\\]: missing since",
+                        "speculative_or_plain\\[0\\]: tp: expected a list of tensor-parallel sizes"):
+            doc = next(docs)
+            recipes._speculative_entries.cache_clear()
+            with pytest.raises(UserError, match=rf"inferencex_recipes.yaml: {missing}"):
+                recipes.speculative_run(R1, "trtllm", "b200_sxm", "fp4", "other")
     finally:
         recipes._speculative_entries.cache_clear()
+
+
+RC2 = "nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2"
+
+
+@pytest.mark.parametrize("measured, either", [("2025-12-15", False), ("2026-01-14", True), ("2026-01-28", True),
+                                               ("", True)])
+def test_a_row_either_twin_may_have_measured_is_priced_as_the_plain_one_and_labelled(measured, either):
+    c = case(**{**R1_ROW, "backend_version": "1.1.0rc2.post2"}, image=RC2, measured=measured)
+    assert c.predictable, c.reason
+    labels = [a for a in c.approximate if a.startswith(recipes.SHARED_NOTE)]
+    assert bool(labels) == either
+    if either:
+        assert labels == [f"speculative or plain: the campaign's MTP script and its plain twin both ran image {RC2} "
+                          f"from 2026-01-14 (inferencex_recipes.yaml speculative_or_plain); priced as the plain one"]
+
+
+def test_a_tensor_parallel_size_the_speculative_script_cannot_run_is_the_plain_scripts():
+    row = dict(R1_ROW, backend="sglang", backend_version="0.5.9", precision="fp8", gemm_quant_mode="fp8_block",
+               moe_quant_mode="fp8_block", image="lmsysorg/sglang:v0.5.9-cu130", measured="2026-03-25")
+    at = {tp: case(**{**row, "tp_size": str(tp), "moe_tp_size": str(tp)}) for tp in (4, 8)}
+    assert all(c.predictable for c in at.values())
+    assert [any(a.startswith(recipes.SHARED_NOTE) for a in at[tp].approximate) for tp in (4, 8)] == [False, True]

@@ -50,28 +50,48 @@ def _matches(e: dict, model_path: str, backend: str, system: str, precision: str
         and precision in e["precisions"]
 
 
+#: the recipes' sections: images only a speculative script ran; images its plain twin ran too
+SPECULATIVE, SHARED = "speculative_runs", "speculative_or_plain"
+#: how the approximate label of a row either twin may have measured begins
+SHARED_NOTE = "speculative or plain"
+
+
 @lru_cache(maxsize=None)
-def _speculative_entries() -> tuple[dict, ...]:
-    entries = _doc().get("speculative_runs") or []
+def _speculative_entries(section: str) -> tuple[dict, ...]:
+    entries = _doc().get(section) or []
     if not isinstance(entries, list):
-        raise UserError(f"{RECIPES}: speculative_runs: expected a list")
+        raise UserError(f"{RECIPES}: {section}: expected a list")
+    keys = ("model_path", "backend", "systems", "precisions", "images", "method", "source")
     for k, e in enumerate(entries):
-        for key in ("model_path", "backend", "systems", "precisions", "images", "method", "source"):
+        for key in keys + (("since",) if section == SHARED else ()):
             if not e.get(key):
-                raise UserError(f"{RECIPES}: speculative_runs[{k}]: missing {key}")
+                raise UserError(f"{RECIPES}: {section}[{k}]: missing {key}")
+        if "tp" in e and not (isinstance(e["tp"], list) and e["tp"] and all(isinstance(t, int) and t > 0 for t in e["tp"])):
+            raise UserError(f"{RECIPES}: {section}[{k}]: tp: expected a list of tensor-parallel sizes")
     return tuple(entries)
 
 
-def speculative_run(model_path: str, backend: str, system: str, precision: str, image: str) -> str | None:
-    """Why a row is not priced where its container image is one only the campaign's speculative
-    script ran (``speculative_runs`` of the recipes), or None: its TPOT depends on an acceptance rate
-    neither the row nor the campaign states."""
-    for e in _speculative_entries():
-        if image and image in e["images"] and _matches(e, model_path, backend, system, precision):
+def speculative_run(model_path: str, backend: str, system: str, precision: str, image: str,
+                    measured: str = "", tp: int = 0) -> tuple[str | None, str | None]:
+    """(why a row is not priced, what is approximate about it) from its container image and date:
+    not priced where only the campaign's speculative script ran that image (``speculative_runs``;
+    its TPOT depends on an acceptance rate neither the row nor the campaign states); priced as the
+    plain script's and labelled approximate where both twins ran it on or after the speculative
+    key's first day, or on an unstated day, at the tensor-parallel sizes the speculative script runs
+    (an entry's ``tp``, where it states one: ``speculative_or_plain``)."""
+    if not image:
+        return None, None
+    for e in _speculative_entries(SPECULATIVE):
+        if image in e["images"] and _matches(e, model_path, backend, system, precision):
             return (f"ran speculative decoding, {' '.join(e['method'].split())} (image {image}, which only the "
-                    f"campaign's speculative script ran: {RECIPES} speculative_runs); the row states no acceptance "
-                    f"rate, on which its TPOT depends")
-    return None
+                    f"campaign's speculative script ran: {RECIPES} {SPECULATIVE}); the row states no acceptance "
+                    f"rate, on which its TPOT depends"), None
+    for e in _speculative_entries(SHARED):
+        if image in e["images"] and _matches(e, model_path, backend, system, precision) \
+                and (not measured or measured >= str(e["since"])) and tp in e.get("tp", [tp]):
+            return None, (f"{SHARED_NOTE}: the campaign's {' '.join(e['method'].split())} script and its plain twin "
+                          f"both ran image {image} from {e['since']} ({RECIPES} {SHARED}); priced as the plain one")
+    return None, None
 
 
 @lru_cache(maxsize=None)

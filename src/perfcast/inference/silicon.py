@@ -350,9 +350,11 @@ def map_row(row: dict) -> Case:
     from perfcast.inference.recipes import speculative_run, with_batch_limit, with_recipe
 
     if base.benchmark == "inferencex" and base.mode == "agg":  # the recipes are single-node servers' scripts
-        why = speculative_run(base.model_path, base.backend, base.system, row.get("precision", ""), row.get("image", ""))
+        why, either = speculative_run(base.model_path, base.backend, base.system, row.get("precision", ""),
+                                      row.get("image", ""), row.get("measured", ""), base.layout.tp)
         if why:
             return replace(base, reason=why)
+        base = replace(base, approximate=base.approximate + ((either,) if either else ()))
         base = with_recipe(base, row.get("precision", ""))
     base = with_batch_limit(base)
     if base.mode == "disagg":
