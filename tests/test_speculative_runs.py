@@ -16,6 +16,7 @@ from silicon_rows import case
 R1 = "deepseek-ai/DeepSeek-R1"
 POST3 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3"
 POST2 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2"
+RC2 = "nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2"
 # DeepSeek-R1 NVFP4 on four B200s, TP 4, 8 clients, 1,024 / 1,024 tokens: an InferenceX row
 R1_ROW = dict(model_path=R1, system="b200_sxm", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
               batch_size="8", tp_size="4", moe_tp_size="4", concurrency="8", backend_version="1.2.0rc6.post3")
@@ -44,6 +45,12 @@ def test_a_row_of_the_speculative_scripts_image_is_not_priced_and_says_why():
     assert plain.predictable, plain.reason
 
 
+def test_a_row_of_a_day_only_the_speculative_script_was_swept_is_not_priced():
+    c = case(**{**R1_ROW, "backend_version": "1.1.0rc2.post2"}, image=RC2, measured="2026-01-14")
+    assert c.reason.startswith("ran speculative decoding, MTP with 3 draft tokens, 1 with attention DP (image "
+                               f"{RC2}, on 2026-01-14 only the campaign's speculative script ran")
+
+
 @pytest.mark.parametrize("change", [dict(benchmark="gap-analysis"), dict(precision="bf16", gemm_quant_mode="",
                                                                          moe_quant_mode=""),
                                     dict(system="h200_sxm"), dict(image="")])
@@ -61,11 +68,15 @@ def test_the_shipped_copy_refuses_exactly_the_speculative_scripts_rows():
         if (cases[row["id"]].reason or "").startswith("ran speculative decoding"):
             refused[(row["model_path"], row["system"], row["backend"], row["precision"], row["image"])] += 1
     assert refused == {(R1, "b200_sxm", "trtllm", "fp4", POST3): 46, (R1, "b200_sxm", "trtllm", "fp8", POST3): 42,
+                       (R1, "b200_sxm", "trtllm", "fp4", RC2): 17, (R1, "b200_sxm", "trtllm", "fp8", RC2): 15,
+                       (R1, "h200_sxm", "trtllm", "fp8", RC2): 41,
                        ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "sglang", "fp8", "lmsysorg/sglang:v0.5.9-cu130"): 42}
-    either = Counter((c.system, c.model_path) for c in cases.values()
+    either = Counter((c.system, c.model_path, c.backend) for c in cases.values()
                      if any(a.startswith(recipes.SHARED_NOTE) for a in c.approximate))
-    assert either == {("b200_sxm", R1): 32 + 58, ("h200_sxm", R1): 43, ("b300_sxm", "Qwen/Qwen3.5-397B-A17B"): 58,
-                      ("b200_sxm", "deepseek-ai/DeepSeek-V3"): 11, ("b300_sxm", "deepseek-ai/DeepSeek-V3"): 10}
+    assert either == {("b200_sxm", R1, "sglang"): 58, ("h200_sxm", R1, "trtllm"): 2,
+                      ("b300_sxm", "Qwen/Qwen3.5-397B-A17B", "sglang"): 58,
+                      ("b200_sxm", "deepseek-ai/DeepSeek-V3", "sglang"): 11,
+                      ("b300_sxm", "deepseek-ai/DeepSeek-V3", "sglang"): 10}
 
 
 def test_a_malformed_entry_is_an_error_naming_it(monkeypatch):
@@ -74,11 +85,13 @@ def test_a_malformed_entry_is_an_error_naming_it(monkeypatch):
     whole = {**entry, "source": "s"}
     docs = iter([{"recipes": [], "speculative_runs": [entry]},
                  {"recipes": [], "speculative_runs": [whole], "speculative_or_plain": [whole]},
-                 {"recipes": [], "speculative_or_plain": [{**whole, "since": "2026-01-14", "tp": "8"}]}])
+                 {"recipes": [], "speculative_or_plain": [{**whole, "since": "2026-01-14", "tp": "8"}]},
+                 {"recipes": [], "speculative_runs": [{**whole, "measured": "2026-01-14"}]}])
     monkeypatch.setattr(recipes, "_doc", lambda: doc)
     try:
         for missing in ("speculative_runs\\[0\\]: missing source", "speculative_or_plain\\[0\\]: missing since",
-                        "speculative_or_plain\\[0\\]: tp: expected a list of tensor-parallel sizes"):
+                        "speculative_or_plain\\[0\\]: tp: expected a list of tensor-parallel sizes",
+                        "speculative_runs\\[0\\]: measured: expected a list of dates"):
             doc = next(docs)
             recipes._speculative_entries.cache_clear()
             with pytest.raises(UserError, match=rf"inferencex_recipes.yaml: {missing}"):
@@ -87,11 +100,7 @@ def test_a_malformed_entry_is_an_error_naming_it(monkeypatch):
         recipes._speculative_entries.cache_clear()
 
 
-RC2 = "nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2"
-
-
-@pytest.mark.parametrize("measured, either", [("2025-12-15", False), ("2026-01-14", True), ("2026-01-28", True),
-                                               ("", True)])
+@pytest.mark.parametrize("measured, either", [("2025-12-15", False), ("2026-01-28", True), ("", True)])
 def test_a_row_either_twin_may_have_measured_is_priced_as_the_plain_one_and_labelled(measured, either):
     c = case(**{**R1_ROW, "backend_version": "1.1.0rc2.post2"}, image=RC2, measured=measured)
     assert c.predictable, c.reason

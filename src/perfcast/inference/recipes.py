@@ -66,6 +66,8 @@ def _speculative_entries(section: str) -> tuple[dict, ...]:
         for key in keys + (("since",) if section == SHARED else ()):
             if not e.get(key):
                 raise UserError(f"{RECIPES}: {section}[{k}]: missing {key}")
+        if "measured" in e and not (isinstance(e["measured"], list) and all(isinstance(d, str) for d in e["measured"])):
+            raise UserError(f"{RECIPES}: {section}[{k}]: measured: expected a list of dates (YYYY-MM-DD, quoted)")
         if "tp" in e and not (isinstance(e["tp"], list) and e["tp"] and all(isinstance(t, int) and t > 0 for t in e["tp"])):
             raise UserError(f"{RECIPES}: {section}[{k}]: tp: expected a list of tensor-parallel sizes")
     return tuple(entries)
@@ -74,16 +76,19 @@ def _speculative_entries(section: str) -> tuple[dict, ...]:
 def speculative_run(model_path: str, backend: str, system: str, precision: str, image: str,
                     measured: str = "", tp: int = 0) -> tuple[str | None, str | None]:
     """(why a row is not priced, what is approximate about it) from its container image and date:
-    not priced where only the campaign's speculative script ran that image (``speculative_runs``;
-    its TPOT depends on an acceptance rate neither the row nor the campaign states); priced as the
+    not priced where only the campaign's speculative script ran that image, or on that day (an
+    entry's ``measured``: ``speculative_runs``; its TPOT depends on an acceptance rate neither the
+    row nor the campaign states); priced as the
     plain script's and labelled approximate where both twins ran it on or after the speculative
     key's first day, or on an unstated day, at the tensor-parallel sizes the speculative script runs
     (an entry's ``tp``, where it states one: ``speculative_or_plain``)."""
     if not image:
         return None, None
     for e in _speculative_entries(SPECULATIVE):
-        if image in e["images"] and _matches(e, model_path, backend, system, precision):
-            return (f"ran speculative decoding, {' '.join(e['method'].split())} (image {image}, which only the "
+        if image in e["images"] and _matches(e, model_path, backend, system, precision) \
+                and measured in e.get("measured", [measured]):
+            only = f"on {measured}" if e.get("measured") else "which"
+            return (f"ran speculative decoding, {' '.join(e['method'].split())} (image {image}, {only} only the "
                     f"campaign's speculative script ran: {RECIPES} {SPECULATIVE}); the row states no acceptance "
                     f"rate, on which its TPOT depends"), None
     for e in _speculative_entries(SHARED):
