@@ -10,6 +10,7 @@ import pytest
 
 from perfcast.inference import recipes, silicon
 from perfcast.inference.silicon_file import image_of, measured_of
+from perfcast.inference.validation import _strictly
 from perfcast.ir.errors import UserError
 from silicon_rows import case
 
@@ -107,6 +108,7 @@ def test_a_row_either_twin_may_have_measured_is_priced_as_the_plain_one_and_labe
     labels = [a for a in c.approximate if a.startswith(recipes.SHARED_NOTE)]
     assert bool(labels) == either
     if either:
+        assert _strictly(c).reason == "approximate mapping refused (--strict): speculative or plain"
         assert labels == [f"speculative or plain: the campaign's MTP script and its plain twin both ran image {RC2} "
                           f"from 2026-01-14 (inferencex_recipes.yaml speculative_or_plain); priced as the plain one"]
 
