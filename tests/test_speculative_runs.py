@@ -119,3 +119,15 @@ def test_a_tensor_parallel_size_the_speculative_script_cannot_run_is_the_plain_s
     at = {tp: case(**{**row, "tp_size": str(tp), "moe_tp_size": str(tp)}) for tp in (4, 8)}
     assert all(c.predictable for c in at.values())
     assert [any(a.startswith(recipes.SHARED_NOTE) for a in at[tp].approximate) for tp in (4, 8)] == [False, True]
+
+
+def test_the_database_dumps_deepseek_v3_rows_take_deepseek_r1s_scripts():
+    assert recipes.campaign_model("deepseek-ai/DeepSeek-V3") == R1
+    assert recipes.campaign_model("meta-llama/Llama-3.1-70B") == "meta-llama/Llama-3.1-70B"
+    v3 = case(**{**R1_ROW, "model_path": "deepseek-ai/DeepSeek-V3", "backend_version": "1.2.0rc6.post2"},
+              image=POST2, measured="2026-02-03")
+    r1 = case(**{**R1_ROW, "backend_version": "1.2.0rc6.post2"}, image=POST2, measured="2026-02-03")
+    assert (v3.kv_dtype, v3.engine_options, v3.memory_fraction) == (r1.kv_dtype, r1.engine_options, r1.memory_fraction) \
+        == ("fp8", (("moe_backend", "TRTLLM"),), 0.8)
+    assert case(**{**R1_ROW, "model_path": "deepseek-ai/DeepSeek-V3"}, image=POST3).reason.startswith(
+        "ran speculative decoding")

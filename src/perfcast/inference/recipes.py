@@ -45,8 +45,17 @@ def _doc() -> dict:
     return doc
 
 
+def campaign_model(model_path: str) -> str:
+    """The model path the campaign's scripts ran for a row's ``model_path`` (``campaign_models`` of
+    the recipes: its database dump names DeepSeek-R1's runs ``deepseek-ai/DeepSeek-V3``)."""
+    aliases = _doc().get("campaign_models") or {}
+    if not isinstance(aliases, dict):
+        raise UserError(f"{RECIPES}: campaign_models: expected a mapping of model path to model path")
+    return aliases.get(model_path, model_path)
+
+
 def _matches(e: dict, model_path: str, backend: str, system: str, precision: str) -> bool:
-    return (e["model_path"], e["backend"]) == (model_path, backend) and system in e["systems"] \
+    return (e["model_path"], e["backend"]) == (campaign_model(model_path), backend) and system in e["systems"] \
         and precision in e["precisions"]
 
 
