@@ -18,6 +18,7 @@ R1 = "deepseek-ai/DeepSeek-R1"
 POST3 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3"
 POST2 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post2"
 RC2 = "nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2"
+FP8_ROW = dict(precision="fp8", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block")
 # DeepSeek-R1 NVFP4 on four B200s, TP 4, 8 clients, 1,024 / 1,024 tokens: an InferenceX row
 R1_ROW = dict(model_path=R1, system="b200_sxm", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
               batch_size="8", tp_size="4", moe_tp_size="4", concurrency="8", backend_version="1.2.0rc6.post3")
@@ -108,7 +109,7 @@ def test_a_row_either_twin_may_have_measured_is_priced_as_the_plain_one_and_labe
     labels = [a for a in c.approximate if a.startswith(recipes.SHARED_NOTE)]
     assert bool(labels) == either
     if either:
-        assert _strictly(c).reason == "approximate mapping refused (--strict): speculative or plain"
+        assert _strictly(c).reason.startswith("approximate mapping refused (--strict): ")  # the first label
         assert labels == [f"speculative or plain: the campaign's MTP script and its plain twin both ran image {RC2} "
                           f"from 2026-01-14 (inferencex_recipes.yaml speculative_or_plain); priced as the plain one"]
 
@@ -131,3 +132,9 @@ def test_the_database_dumps_deepseek_v3_rows_take_deepseek_r1s_scripts():
         == ("fp8", (("moe_backend", "TRTLLM"),), 0.8)
     assert case(**{**R1_ROW, "model_path": "deepseek-ai/DeepSeek-V3"}, image=POST3).reason.startswith(
         "ran speculative decoding")
+
+
+def test_strict_refuses_a_row_either_twin_may_have_measured_naming_the_label():
+    c = case(**{**R1_ROW, **FP8_ROW, "backend_version": "1.1.0rc2.post2", "system": "h200_sxm"}, image=RC2,
+             measured="2026-01-28")
+    assert c.predictable and _strictly(c).reason == "approximate mapping refused (--strict): speculative or plain"

@@ -150,10 +150,12 @@ def test_quantized_checkpoints_are_priced_as_they_say(llama):
     c = silicon.map_row(_moe_row(llama, model_path="openai/gpt-oss-120b", system="h200_sxm",
                                  gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
     assert c.predictable and (c.model, c.quantize, c.approximate) == ("gpt-oss-120b", None, ())
-    # DeepSeek-R1 on NVFP4: no shipped config of that checkpoint, so the row's modes
+    # DeepSeek-R1 on NVFP4: its served checkpoint's own config is not shipped, so its sibling's (the MLA
+    # projections excluded), labelled approximate
     c = silicon.map_row(_moe_row(llama, model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", tp_size="8",
                                  moe_ep_size="8", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
-    assert (c.model, c.quantize) == ("deepseek-v3", "fp4")
+    assert (c.model, c.family, c.quantize) == ("deepseek-v3.1-nvfp4", "deepseek-v3", None), c.reason
+    assert c.approximate[0].startswith("nvfp4: the served NVFP4 checkpoint's own hf_quant_config.json is not shipped")
     # GEMM and MoE modes that differ: one --quantize per module group; bf16 on an FP8 checkpoint is "none"
     c = silicon.map_row(_moe_row(llama, model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8",
                                  gemm_quant_mode="fp8", moe_quant_mode="nvfp4"))
@@ -217,7 +219,7 @@ def test_product_layouts_are_restated_as_the_run_had_them(rows):
     assert (product["tp_size"], product["moe_tp_size"], product["moe_ep_size"]) == ("64", "8", "8")
     a, b = silicon.map_row(own), silicon.map_row(product)
     assert a.layout == b.layout == Layout(tp=8, ep=8) and a.num_queries == b.num_queries == 4
-    assert not any(n.startswith(silicon.LAYOUT_NOTE) for n in a.notes) and not b.approximate
+    assert not any(n.startswith(silicon.LAYOUT_NOTE) for n in a.notes + b.approximate)
     assert [n for n in b.notes if n.startswith(silicon.LAYOUT_NOTE)] == [
         "layout restated: collection 2026-04-06.csv states tp 64 × attention DP 1, moe_tp 8 × moe_ep 8, the product "
         "of the run's 8 GPUs and its expert parallelism 8; priced as tp 8, moe_ep 8 on 8 GPUs (mapping.yaml "

@@ -163,7 +163,9 @@ def _quantization(row: dict, entry: dict, cfg: dict) -> tuple[str | None, str | 
     served = {(entry.get("checkpoints") or {}).get(m) for m in modes}
     if len(served) == 1 and None not in served:
         config = served.pop()
-        return config, None, (f"quantization: {config}'s own (the row says {' / '.join(modes)})",), (), None
+        sibling = entry.get("checkpoints_approximate") or {}  # a sibling's config stands in for the served one
+        approx = tuple(dict.fromkeys(f"{m}: {' '.join(sibling[m].split())}" for m in modes if m in sibling))
+        return config, None, (f"quantization: {config}'s own (the row says {' / '.join(modes)})",), approx, None
     schemes = [table[m]["quantize"] or "none" for m in modes]
     if len(set(schemes)) == 1:
         flag = None if schemes[0] == "none" and not _quantized(entry["catalog"]) else schemes[0]
