@@ -82,11 +82,10 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
     if "moe_backend" in named and profile.options["moe_backend"].value == "TRTLLM" and experts is None:
         raise UserError(f"--engine-option moe_backend=TRTLLM: TensorRT-LLM's TRTLLM MoE backend serves block-FP8, "
                         f"NVFP4 or MXFP4 experts, and {model.name}'s experts are unquantized here (pass --quantize)")
-    act = named.get("moe_mxfp4_activations")
-    if act is not None and getattr(experts, "name", None) != "mxfp4":
+    act, scheme = named.get("moe_mxfp4_activations"), getattr(experts, "name", None)
+    if act is not None and scheme != "mxfp4":
         raise UserError(f"--engine-option moe_mxfp4_activations={act}: vLLM's MXFP4 MoE backends serve MXFP4 "
-                        f"experts, and {model.name}'s experts are {getattr(experts, 'name', None) or 'unquantized'} "
-                        f"here")
+                        f"experts, and {model.name}'s experts are {scheme or 'unquantized'} here")
 
 
 def rotates(profile: EngineProfile, phase: str) -> bool:

@@ -31,8 +31,6 @@ COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precisio
 #: workers and both pools' worker counts.
 WORKER_COLUMNS = ("prefill_batch_size", "prefill_num_workers", "prefill_tp_size", "prefill_pp_size",
                   "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_num_workers")
-#: Columns the shipped copy adds from ``silicon_data_source``.
-ADDED = ("concurrency", "benchmark", "collection", "image", "measured")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _IMAGE = re.compile(r"(?:^|;)\s*image=([^;]+)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
@@ -40,6 +38,13 @@ _MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
 _BARE_IMAGE = re.compile(r"^[\w.-]+(?:[/#][\w.-]+)+(?::[\w.@-]+)+$")
 #: The InferenceX (InferenceMAX) cohort's sources: its dated result files and its database dumps.
 _INFERENCEX = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/)")
+
+
+def concurrency_of(source: str) -> str:
+    """The concurrency a row's client ran, from ``silicon_data_source``'s ``silicon_concurrency=``;
+    empty where the source states none."""
+    m = _CONCURRENCY.search(source or "")
+    return m.group(1) if m else ""
 
 
 def benchmark_of(source: str) -> str:
@@ -77,6 +82,12 @@ def measured_of(source: str) -> str:
     return m.group(1) if m else ""
 
 
+#: Columns the shipped copy adds, each derived from ``silicon_data_source`` by its function
+#: (and derived again when a file without them is read).
+ADDED = {"concurrency": concurrency_of, "benchmark": benchmark_of, "collection": collection_of,
+         "image": image_of, "measured": measured_of}
+
+
 def shipped_path() -> Path:
     return Path(str(resources.files("perfcast.data") / "validation" / "silicon_sample.csv"))
 
@@ -106,16 +117,9 @@ def read(path: str | Path | None = None) -> tuple[pd.DataFrame, str]:
         raise UserError(f"{p}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                         f"(expected aiconfigurator-core's silicon_sample.csv layout)")
     source = frame.get("silicon_data_source", pd.Series([""] * len(frame)))
-    if "concurrency" not in frame.columns:
-        frame["concurrency"] = source.str.extract(_CONCURRENCY, expand=False).fillna("")
-    if "benchmark" not in frame.columns:
-        frame["benchmark"] = source.map(benchmark_of)
-    if "collection" not in frame.columns:
-        frame["collection"] = source.map(collection_of)
-    if "image" not in frame.columns:
-        frame["image"] = source.map(image_of)
-    if "measured" not in frame.columns:
-        frame["measured"] = source.map(measured_of)
+    for col, derive in ADDED.items():
+        if col not in frame.columns:
+            frame[col] = source.map(derive)
     for col in WORKER_COLUMNS:
         if col not in frame.columns:
             frame[col] = ""
