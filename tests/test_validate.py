@@ -557,10 +557,11 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
     assert list(doc["mapping"]) == ["decode-step", "steady-state", "serving", "closed-form", "ttft", "static",
                                     "assumptions"]
     named = {p["key"]: p for p in doc["populations"] if p["named"]}
-    assert set(named) == {"selected", "stated-batch", "assumed-decode-batch", "llama-3.1-8b-h100-trtllm", "stratified",
-                          "published", "published-static"}
-    # the selected rows split by whether perfcast assumed their decode batch
-    assert named["stated-batch"]["rows"] + named["assumed-decode-batch"]["rows"] == named["selected"]["rows"]
+    assert set(named) == {"selected", "stated-batch", "config-workers", "assumed-decode-batch",
+                          "llama-3.1-8b-h100-trtllm", "stratified", "published", "published-static"}
+    # the selected rows split by whether the row, the campaign's config or perfcast gives their decode batch
+    assert (named["stated-batch"]["rows"] + named["config-workers"]["rows"] + named["assumed-decode-batch"]["rows"]
+            == named["selected"]["rows"])
     assert named["assumed-decode-batch"]["approximate"] == named["assumed-decode-batch"]["mappable"]
     for key in ("selected", "llama-3.1-8b-h100-trtllm", "stratified"):
         for m in ("analytic", "roofline"):

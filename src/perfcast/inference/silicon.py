@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
+from perfcast.inference import multinode
 from perfcast.inference.silicon_file import (  # noqa: F401  (the file's API, as silicon.* too)
     COLUMNS, WORKER_COLUMNS, _data, benchmark_of, collection_of, convert, manifest, read, shipped_path)
 from perfcast.ir import UserError
@@ -200,8 +201,12 @@ def _layout(row: dict, cfg: dict, disagg: bool, pre: str | None = None
     tp = _int(row, f"{pre}tp_size")
     assumed: tuple[str, ...] = ()
     if (batch is None or batch < 1) and disagg and _int(row, "concurrency"):
+        # the concurrent requests over the decode workers' attention-DP ranks (the campaign's database
+        # dump states its decode batch so); one worker where the row does not say how many
         adp = _int(row, "decode_attention_dp_size", default=1, zero_is_unset=True)
-        batch, assumed = -(-_int(row, "concurrency") // adp), (ONE_DECODE_WORKER,)
+        workers = _int(row, "decode_num_workers", default=None, zero_is_unset=True)
+        batch = -(-_int(row, "concurrency") // (adp * (workers or 1)))
+        assumed = () if workers else (ONE_DECODE_WORKER,)
     if batch is None or batch < 1:
         return None, 0, f"{row['mode']}: no {pre}batch_size (the batch of the step is not stated)", ()
     if tp is None or tp < 1:
@@ -291,8 +296,9 @@ def _dp_attention(row: dict) -> tuple[dict, str | None]:
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, a campaign's speculative
-    script (:func:`perfcast.inference.recipes.speculative_run`), then perfcast's own request check
-    (its error line, e.g. fp4 on a device without an fp4 rate)."""
+    run (its multi-node configs: :func:`perfcast.inference.multinode.resolve`; its single-node scripts:
+    :func:`perfcast.inference.recipes.speculative_run`), then perfcast's own request check (its error
+    line, e.g. fp4 on a device without an fp4 rate)."""
     t = tables()
     path, system = row["model_path"], row["system"]
     entry = t["models"].get(path)
@@ -342,10 +348,13 @@ def map_row(row: dict) -> Case:
     row, dp_note = _dp_attention(row)
     if dp_note:
         base = replace(base, notes=base.notes + (dp_note,))
+    row, speculative, either, workers_note = multinode.resolve(row)
+    base = replace(base, notes=base.notes + ((workers_note,) if workers_note else ()),
+                   approximate=base.approximate + ((either,) if either else ()))
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
-    if why:
-        return replace(base, reason=why)
+    if why or speculative:
+        return replace(base, reason=why or speculative)
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
     base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from perfcast.inference.multinode import WORKERS_NOTE
 from perfcast.inference.silicon import ONE_DECODE_WORKER, Case, phases
 from perfcast.inference.steps import BASELINE, Prices, StepTime
 from perfcast.inference.validation_stats import Population, by_key, llama_8b_h100_trtllm, stats, stratified
@@ -356,10 +357,15 @@ def run(req: ValidationRequest, augment=None) -> dict:
     everything = Population("all selected silicon rows", frozenset(c.id for c in silicon),
                             "every selected row of the silicon sample", "selected")
     assumed = frozenset(c.id for c in silicon if ONE_DECODE_WORKER in c.approximate)
-    # the rows whose decode batch perfcast had to assume, apart: their error is the assumption's
+    configured = frozenset(c.id for c in silicon if any(n.startswith(WORKERS_NOTE) for n in c.notes))
+    # the rows whose decode batch perfcast had to assume, apart: their error is the assumption's; and
+    # those whose workers the campaign's config gives (perfcast.inference.multinode), apart from both
     split_by_batch = [
-        Population("… with a stated batch", everything.ids - assumed,
+        Population("… with a stated batch", everything.ids - assumed - configured,
                    "the selected silicon rows whose step batch the row states", "stated-batch"),
+        Population("… with the workers of the campaign's config", configured,
+                   "the selected disaggregated rows whose worker counts and layouts come from the campaign's "
+                   "multi-node config (perfcast.inference.multinode)", "config-workers"),
         Population("… with an assumed decode batch", assumed,
                    f"the selected disaggregated rows priced on an assumed batch ({ONE_DECODE_WORKER})",
                    "assumed-decode-batch")]

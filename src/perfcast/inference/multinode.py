@@ -1,0 +1,171 @@
+"""The disaggregated deployments a measured InferenceX row ran, from the campaign's multi-node
+configs: whether it ran speculative decoding (MTP) and, where the row does not say, how many
+prefill and decode workers it had and how each was laid out.
+
+InferenceX launches its disaggregated runs from ``.github/configs/nvidia-master.yaml``
+(SemiAnalysisAI/InferenceX): per ``multinode: true`` config key and input / output length,
+search-space entries of a concurrency list, a prefill and a decode worker pool (``num-worker``,
+``tp`` — GPUs per worker —, ``ep``, ``dp-attn``) and ``spec-decoding``. ``tools/inferencex_multinode.py``
+transcribes every entry of that file's history with the days it was in force
+(``data/validation/inferencex_multinode.csv``). A row's entries are those of its system (the
+campaign's runners), backend (its Dynamo framework), model, precision, lengths, concurrency,
+container image and measurement day (in force that day or the day before: ``RUN_DAYS``), and whose worker pools have the row's GPUs per worker (and
+worker counts, where the row states them). Transcribed config keys; nothing fitted.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import date, timedelta
+from functools import lru_cache
+from importlib import resources
+
+from perfcast.inference.recipes import campaign_model
+from perfcast.ir import UserError
+
+TABLE = "inferencex_multinode.csv"
+#: silicon system → the campaign's runner names of its multi-node runs (InferenceX .github/configs/runners.yaml)
+RUNNERS = {"b200_sxm": ("b200-multinode", "b200-multinode-slurm"), "b300_sxm": ("b300",), "gb200": ("gb200",),
+           "gb300": ("gb300",), "h100_sxm": ("h100-multinode", "h100-multinode-slurm"),
+           "h200_sxm": ("h200-multinode", "h200-multinode-slurm")}
+#: backend → the campaign's disaggregated framework (NVIDIA Dynamo in front of the engine)
+FRAMEWORKS = {"trtllm": "dynamo-trt", "sglang": "dynamo-sglang", "vllm": "dynamo-vllm"}
+#: a config key's model prefix (its ``model-prefix``) → the model path of silicon rows
+MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "kimik2.5": "moonshotai/Kimi-K2.5", "gptoss": "openai/gpt-oss-120b"}
+#: a row measured on day D may have run from the config of the day before (a multi-node sweep's result
+#: is stamped when it ends): entries in force on D or on the RUN_DAYS days before are its candidates.
+#: Windows of 1 to 30 days classify the shipped rows alike; 0 days would take 44 rows measured the day
+#: after their configuration's switch to MTP for MTP runs alone.
+RUN_DAYS = 1
+#: how the approximate label of a row both an MTP and a plain entry may have measured begins
+EITHER_NOTE = "speculative or plain"
+#: how the note of a row whose workers the config gives begins
+WORKERS_NOTE = "workers from the campaign's config"
+
+
+@dataclass(frozen=True)
+class Pool:
+    workers: int
+    tp: int  # GPUs per worker
+    ep: int
+    dp_attn: bool
+
+    def __str__(self) -> str:
+        return f"{self.workers} × (tp {self.tp}, ep {self.ep}{', attention DP' if self.dp_attn else ''})"
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    runner: str
+    framework: str
+    model_path: str
+    precision: str
+    image: str
+    isl: int
+    osl: int
+    mtp: bool
+    concurrencies: frozenset[int]
+    prefill: Pool
+    decode: Pool
+    config_file: str
+    first: str
+    first_commit: str
+    until: str
+
+    def source(self) -> str:
+        return f"{self.key}{', ' + self.config_file if self.config_file else ''}, from {self.first_commit} ({self.first})"
+
+
+def _pool(r: dict, pre: str) -> Pool:
+    return Pool(int(r[f"{pre}workers"]), int(r[f"{pre}tp"]), int(r[f"{pre}ep"]), r[f"{pre}dp_attn"] == "True")
+
+
+def read(path) -> tuple[Entry, ...]:
+    """The entries of a table written by ``tools/inferencex_multinode.py``, of the models silicon rows have."""
+    out = []
+    with open(path, newline="") as f:
+        for k, r in enumerate(csv.DictReader(f), start=2):
+            model = MODELS.get(str(r.get("config_key") or "").split("-")[0])
+            if model is None:
+                continue  # a model no silicon row has
+            try:
+                out.append(Entry(r["config_key"], r["runner"], r["framework"], model, r["precision"], r["image"],
+                                 int(r["isl"]), int(r["osl"]), r["spec_decoding"] == "mtp",
+                                 frozenset(int(c) for c in r["concurrencies"].split()), _pool(r, "prefill_"),
+                                 _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"]))
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                raise UserError(f"{path}: line {k}: {type(e).__name__} {e} (expected the columns "
+                                f"tools/inferencex_multinode.py writes)") from None
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def entries() -> tuple[Entry, ...]:
+    return read(str(resources.files("perfcast.data") / "validation" / TABLE))
+
+
+def _int(row: dict, col: str) -> int | None:
+    v = str(row.get(col) or "").strip()
+    return int(float(v)) if v else None
+
+
+def _gpus(row: dict, pre: str) -> int | None:
+    tp = _int(row, f"{pre}tp_size")
+    return tp * (_int(row, f"{pre}attention_dp_size") or 1) if tp else None
+
+
+def candidates(row: dict) -> tuple[Entry, ...]:
+    """The entries that can have measured a disaggregated InferenceX row (the module's doc)."""
+    day, image, c = row.get("measured") or "", row.get("image") or "", _int(row, "concurrency")
+    since = (date.fromisoformat(day) - timedelta(days=RUN_DAYS)).isoformat() if day else ""
+    found = []
+    for e in entries():
+        if (e.runner not in RUNNERS.get(row.get("system"), ()) or e.framework != FRAMEWORKS.get(row.get("backend"))
+                or e.model_path != campaign_model(row.get("model_path", "")) or e.precision != row.get("precision")
+                or (e.isl, e.osl) != (_int(row, "isl"), _int(row, "osl")) or c not in e.concurrencies
+                or (image and e.image != image) or (day and not (e.first <= day and (not e.until or e.until >= since)))):
+            continue
+        if any(_gpus(row, pre) not in (None, pool.tp) or _int(row, f"{pre}num_workers") not in (None, pool.workers)
+               for pre, pool in (("prefill_", e.prefill), ("decode_", e.decode))):
+            continue
+        found.append(e)
+    return tuple(found)
+
+
+def _columns(pre: str, pool: Pool) -> dict[str, str]:
+    """A worker pool as the silicon file's columns (tp · attention_dp = moe_tp · moe_ep)."""
+    ranks = pool.tp if pool.dp_attn else 1
+    return {f"{pre}num_workers": str(pool.workers), f"{pre}tp_size": str(pool.tp // ranks),
+            f"{pre}attention_dp_size": str(ranks), f"{pre}moe_tp_size": str(max(1, pool.tp // pool.ep)),
+            f"{pre}moe_ep_size": str(pool.ep)}
+
+
+def resolve(row: dict) -> tuple[dict, str | None, str | None, str | None]:
+    """(the row, with the worker pools the campaign's config gives where the row states no worker
+    counts; why it is not priced; what is approximate about it; the note naming the config) for a
+    disaggregated InferenceX row. Not priced where every entry that can have measured it ran MTP
+    (its TPOT depends on an acceptance rate neither the row nor the campaign states); labelled
+    approximate where MTP and plain entries both can have (priced as the plain one)."""
+    if row.get("mode") != "disagg" or row.get("benchmark") != "inferencex":
+        return row, None, None, None
+    found = candidates(row)
+    if not found:
+        return row, None, None, None
+    c, day = row.get("concurrency"), row.get("measured") or "an unstated day"
+    mtp = [e for e in found if e.mtp]
+    if len(mtp) == len(found):
+        return row, (f"ran speculative decoding, MTP in every entry of the campaign's multi-node configs that can have "
+                     f"measured it (concurrency {c}, {day}: {'; '.join(e.source() for e in mtp[:3])}; "
+                     f"{TABLE}); the row states no acceptance rate, on which its TPOT depends"), None, None
+    plain = [e for e in found if not e.mtp]
+    either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
+              f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
+    pools = {(e.prefill, e.decode) for e in plain}
+    if _int(row, "decode_num_workers") or len(pools) != 1:
+        return row, None, either, None
+    (prefill, decode), = pools
+    note = (f"{WORKERS_NOTE}: prefill {prefill}, decode {decode} ({plain[0].source()}; {TABLE}); the decode batch is "
+            f"the concurrency over the decode workers' attention-DP ranks, as the campaign's database dump states it")
+    return {**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note

@@ -1,0 +1,194 @@
+"""Disaggregated InferenceX rows read against the campaign's multi-node configs
+(``inferencex_multinode.csv``, ``perfcast.inference.multinode``): rows only MTP entries can have
+measured are not priced, rows MTP and plain entries both can have are labelled, and rows that do
+not say how many workers they ran take the workers and layouts of the one deployment that ran them."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfcast.inference import multinode, silicon
+from perfcast.ir.errors import UserError
+from silicon_rows import case
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2"
+# DeepSeek-R1 NVFP4 disaggregated on GB200 under Dynamo + TensorRT-LLM, as InferenceX's dated result
+# files state it: the prefill and decode workers' tp (the decode pool's ep and attention DP garbled:
+# moe_tp 8 × moe_ep 4), no worker counts, no decode batch
+DATED = dict(model_path="deepseek-ai/DeepSeek-R1", system="gb200", precision="fp4", mode="disagg",
+             gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", backend_version="0.8.1.post2", isl="1024",
+             osl="8192", batch_size="", tp_size="", moe_tp_size="", moe_ep_size="", attention_dp_size="",
+             prefill_tp_size="4", prefill_pp_size="1", prefill_attention_dp_size="1", prefill_moe_tp_size="1",
+             prefill_moe_ep_size="4", decode_tp_size="32", decode_pp_size="1", decode_attention_dp_size="1",
+             decode_moe_tp_size="8", decode_moe_ep_size="4", image=IMAGE, measured="2026-03-23")
+
+
+def test_the_shipped_table_reads_and_holds_both_kinds_of_entry():
+    entries = multinode.entries()
+    assert len(entries) > 700
+    assert {e.mtp for e in entries} == {True, False}
+    assert {e.model_path for e in entries} <= set(multinode.MODELS.values())
+    assert all(e.first <= (e.until or "9999") and e.concurrencies for e in entries)
+    assert all(e.framework in multinode.FRAMEWORKS.values() for e in entries)
+
+
+def test_a_row_without_workers_takes_the_one_deployment_that_ran_it():
+    c = case(**DATED, concurrency="2048")
+    assert c.predictable, c.reason
+    assert silicon.ONE_DECODE_WORKER not in c.approximate
+    # ctx1_gen1_dep32_batch64: one decode worker of 32 attention-DP ranks, 2048 / 32 = 64 each
+    assert (c.layout.tp, c.layout.dp, c.layout.ep, c.layout.attention_dp, c.batch) == (1, 32, 32, True, 64)
+    assert (c.prefill_workers, c.decode_workers) == (1, 1)
+    assert (c.prefill_layout.dp, c.prefill_layout.ep) == (4, 4)
+    note = next(n for n in c.notes if n.startswith(multinode.WORKERS_NOTE))
+    assert "prefill 1 × (tp 4, ep 4, attention DP), decode 1 × (tp 32, ep 32, attention DP)" in note
+    assert "ctx1_gen1_dep32_batch64_eplb0_mtp0.yaml" in note and multinode.TABLE in note
+
+
+def test_a_row_only_mtp_entries_can_have_measured_is_not_priced():
+    c = case(**{**DATED, "decode_tp_size": "16", "decode_moe_tp_size": "4"}, concurrency="6144")
+    assert not c.predictable
+    assert c.reason.startswith("ran speculative decoding, MTP in every entry of the campaign's multi-node configs "
+                               "that can have measured it (concurrency 6144, 2026-03-23: dsr1-fp4-gb200-dynamo-trt")
+    assert "acceptance rate" in c.reason and multinode.TABLE in c.reason
+
+
+def test_a_row_either_kind_of_entry_can_have_measured_is_priced_as_the_plain_one_and_labelled():
+    c = case(**DATED, concurrency="8192")
+    assert c.predictable, c.reason
+    label = next(a for a in c.approximate if a.startswith(multinode.EITHER_NOTE))
+    assert "both with MTP" in label and "priced as the plain one" in label
+    assert any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
+
+
+@pytest.mark.parametrize("change", [dict(measured="2025-06-01"), dict(image="lmsysorg/sglang:v0.5.8"),
+                                    dict(concurrency="2047"), dict(decode_tp_size="64", decode_moe_tp_size="16"),
+                                    dict(system="b200_sxm")])
+def test_a_row_no_entry_matches_keeps_the_one_worker_assumption(change):
+    c = case(**{**DATED, "concurrency": "2048", **change})
+    assert silicon.ONE_DECODE_WORKER in c.approximate
+    assert not any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
+
+
+def test_stated_workers_are_kept_and_must_agree_with_the_entry():
+    stated = {**DATED, "backend": "trtllm", "benchmark": "inferencex", "concurrency": "2048",
+              "prefill_num_workers": "1", "decode_num_workers": "1"}
+    assert multinode.candidates(stated)
+    assert not multinode.candidates({**stated, "decode_num_workers": "2"})
+    row, why, either, note = multinode.resolve(stated)
+    assert (row, why, note) == (stated, None, None)  # the row's own layout stands
+
+
+@pytest.mark.parametrize("change", [dict(mode="agg"), dict(benchmark="gap-analysis")])
+def test_only_disaggregated_inferencex_rows_are_read(change):
+    row = {**DATED, "concurrency": "8192", **change}
+    assert multinode.resolve(row) == (row, None, None, None)
+
+
+def test_a_malformed_table_is_one_line_naming_the_file_and_line(tmp_path):
+    good = (ROOT / "src/perfcast/data/validation" / multinode.TABLE).read_text().splitlines()
+    fields = good[1].split(",")
+    fields[6] = "10x24"  # isl
+    bad = tmp_path / "t.csv"
+    bad.write_text("\n".join([good[0], ",".join(fields)]) + "\n")
+    with pytest.raises(UserError, match=r"t\.csv: line 2: .*expected the columns tools/inferencex_multinode\.py"):
+        multinode.read(bad)
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("inferencex_multinode", ROOT / "tools/inferencex_multinode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _commit(repo: Path, day: str, text: str) -> None:
+    cfg = repo / ".github/configs/nvidia-master.yaml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(text)
+    env = {"GIT_AUTHOR_DATE": f"{day}T12:00:00", "GIT_COMMITTER_DATE": f"{day}T12:00:00", "HOME": str(repo),
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", day], check=True, env=env)
+
+
+CONFIG = """
+dsr1-fp4-gb200-dynamo-trt:
+  image: nvcr.io#nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2
+  model: nvidia/DeepSeek-R1-0528-NVFP4-v2
+  precision: fp4
+  runner: gb200
+  framework: dynamo-trt
+  multinode: true
+  seq-len-configs:
+  - isl: 1024
+    osl: 1024
+    search-space:
+{entries}
+single-node:
+  image: x
+  seq-len-configs: []
+"""
+MTP = """    - spec-decoding: "mtp"
+      conc-list: [4, 8]
+      prefill: {num-worker: 1, tp: 4, ep: 4, dp-attn: true, additional-settings: ["CONFIG_FILE=recipes/a.yaml"]}
+      decode: {num-worker: 4, tp: 8, ep: 8, dp-attn: false}"""
+PLAIN = """    - conc-start: 4
+      conc-end: 16
+      prefill: {num-worker: 1, tp: 4, ep: 4, dp-attn: true}
+      decode: {num-worker: 1, tp: 32, ep: 32, dp-attn: true}"""
+
+
+def test_the_tool_writes_each_entry_with_the_days_it_was_in_force(tmp_path):
+    repo = tmp_path / "ix"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _commit(repo, "2026-01-01", CONFIG.format(entries=MTP))
+    _commit(repo, "2026-01-05", CONFIG.format(entries=MTP + "\n" + PLAIN))
+    _commit(repo, "2026-01-09", CONFIG.format(entries=PLAIN))
+    _commit(repo, "2026-02-01", CONFIG.format(entries=MTP))  # beyond --until: not read
+    out = tmp_path / "t.csv"
+    _tool().main(["--repo", str(repo), "--until", "2026-01-31", "--out", str(out)])
+    mtp, plain = multinode.read(out)
+    assert (mtp.mtp, sorted(mtp.concurrencies), mtp.first, mtp.until) == (True, [4, 8], "2026-01-01", "2026-01-09")
+    assert mtp.config_file == "recipes/a.yaml" and mtp.image == IMAGE  # '#' read as '/'
+    assert (mtp.prefill, mtp.decode) == (multinode.Pool(1, 4, 4, True), multinode.Pool(4, 8, 8, False))
+    assert (plain.mtp, sorted(plain.concurrencies), plain.first, plain.until) == (False, [4, 8, 16], "2026-01-05", "")
+
+
+def test_the_shipped_table_is_the_one_its_manifest_describes():
+    import hashlib
+
+    from perfcast.inference import silicon_file
+
+    m = silicon_file.manifest()["inferencex_multinode"]
+    path = ROOT / "src/perfcast/data/validation" / m["file"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == m["sha256"]
+    assert len(path.read_text().splitlines()) - 1 == m["entries"]
+
+
+def test_the_shipped_copy_reads_the_same_rows_as_the_docs_say():
+    """docs/design/validation.md, "The campaign's multi-node configs": 285 rows not priced, 391 labelled,
+    686 given their workers, by system and backend."""
+    from collections import Counter
+
+    frame, _ = silicon.read()
+    cases = {c.id: c for c in silicon.map_frame(frame[frame["mode"] == "disagg"])}
+    mtp, either, workers = Counter(), Counter(), Counter()
+    for row in frame[frame["mode"] == "disagg"].to_dict("records"):
+        c, k = cases[row["id"]], (row["system"], row["backend"])
+        mtp[k] += (c.reason or "").startswith("ran speculative decoding, MTP in every entry")
+        either[k] += any(a.startswith(multinode.EITHER_NOTE) for a in c.approximate)
+        workers[k] += any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
+    assert +mtp == {("b200_sxm", "sglang"): 27, ("b200_sxm", "trtllm"): 69, ("b300_sxm", "trtllm"): 54,
+                    ("gb200", "trtllm"): 63, ("gb300", "trtllm"): 58, ("h100_sxm", "sglang"): 2,
+                    ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4}
+    assert sum(either.values()) == 391 and sum(workers.values()) == 686
+    assert +workers == {("b200_sxm", "sglang"): 66, ("b200_sxm", "trtllm"): 82, ("b300_sxm", "trtllm"): 66,
+                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 141, ("gb300", "sglang"): 64,
+                        ("gb300", "trtllm"): 96, ("h100_sxm", "sglang"): 8, ("h100_sxm", "trtllm"): 38,
+                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 9}

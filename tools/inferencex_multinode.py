@@ -1,0 +1,114 @@
+"""Transcribe InferenceX's multi-node (disaggregated) search spaces into perfcast's shipped table.
+
+InferenceX (https://github.com/SemiAnalysisAI/InferenceX, Apache-2.0) launches its disaggregated
+runs from ``.github/configs/nvidia-master.yaml``: each ``multinode: true`` config key lists, per
+input / output length, search-space entries of a concurrency list, a prefill and a decode worker
+pool (``num-worker``, ``tp``, ``ep``, ``dp-attn``) and ``spec-decoding`` (``mtp`` or none). A row of
+silicon_sample.csv measured by such a run states its lengths, concurrency, container image and day,
+but not whether MTP ran, and most rows not how many workers. This tool walks the file's history up
+to a cutoff day and writes every distinct entry once, with the day it first appeared (the day its
+commit landed) and the day of
+the first commit that no longer had it (``until``, empty if it was still there at the cutoff), so
+that :mod:`perfcast.inference.multinode` can find the entries in force when a row was measured.
+
+Run (a clone of InferenceX with its history):
+
+    .venv/bin/python tools/inferencex_multinode.py --repo PATH [--until 2026-04-27]
+
+It rewrites ``src/perfcast/data/validation/inferencex_multinode.csv`` and prints the commit range;
+the data files' MANIFEST.yaml records it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+CONFIG = ".github/configs/nvidia-master.yaml"
+OUT = Path(__file__).resolve().parent.parent / "src/perfcast/data/validation/inferencex_multinode.csv"
+POOL = ("workers", "tp", "ep", "dp_attn")
+COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
+           "concurrencies", *(f"prefill_{k}" for k in POOL), *(f"decode_{k}" for k in POOL), "config_file",
+           "first", "first_commit", "until")
+
+
+def git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
+
+
+def pool(p: dict) -> tuple:
+    return (p.get("num-worker"), p.get("tp"), p.get("ep"), bool(p.get("dp-attn")))
+
+
+def config_file(p: dict) -> str:
+    for s in p.get("additional-settings") or ():
+        if str(s).startswith("CONFIG_FILE="):
+            return str(s).split("=", 1)[1]
+    return ""
+
+
+def entries(doc: dict):
+    """(key of the entry, its row) of every multi-node search-space entry of one version."""
+    for key, cfg in doc.items():
+        if not isinstance(cfg, dict) or not cfg.get("multinode"):
+            continue
+        for lengths in cfg.get("seq-len-configs") or ():
+            for ss in lengths.get("search-space") or ():
+                if "conc-list" in ss:
+                    concs = list(ss["conc-list"])
+                else:  # conc-start … conc-end doubles (.github/workflows: generate_sweep_configs)
+                    concs, c = [], ss.get("conc-start")
+                    while c and c <= ss.get("conc-end", 0):
+                        concs.append(c)
+                        c *= 2
+                p, d = ss.get("prefill") or {}, ss.get("decode") or {}
+                row = {"config_key": key, "runner": cfg.get("runner"), "framework": cfg.get("framework"),
+                       "model": cfg.get("model"), "precision": cfg.get("precision"),
+                       "image": str(cfg.get("image") or "").replace("#", "/"),  # as silicon.image_of reads it
+                       "isl": lengths.get("isl"), "osl": lengths.get("osl"),
+                       "spec_decoding": ss.get("spec-decoding") or "none",
+                       "concurrencies": " ".join(str(c) for c in concs),
+                       **{f"prefill_{k}": v for k, v in zip(POOL, pool(p))},
+                       **{f"decode_{k}": v for k, v in zip(POOL, pool(d))},
+                       "config_file": config_file(p) or config_file(d)}
+                yield tuple(row.values()), row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repo", required=True, help="a clone of SemiAnalysisAI/InferenceX with its history")
+    ap.add_argument("--until", default="2026-04-27", help="the last day of history read (YYYY-MM-DD)")
+    ap.add_argument("--out", default=str(OUT), help="the table written (default: the shipped one)")
+    args = ap.parse_args(argv)
+    log = git(args.repo, "log", "--reverse", "--format=%H %cd", "--date=short", "--", CONFIG).split("\n")
+    commits = [line.split() for line in log if line and line.split()[1] <= args.until]
+    if not commits:
+        sys.exit(f"inferencex_multinode: no commit of {CONFIG} on or before {args.until} in {args.repo}")
+    seen: dict[tuple, dict] = {}  # the open span of each entry
+    spans: list[dict] = []  # every span, open or closed
+    for commit, day in commits:
+        doc = yaml.safe_load(git(args.repo, "show", f"{commit}:{CONFIG}")) or {}
+        now = dict(entries(doc))
+        for key, row in now.items():
+            if key not in seen:  # new, or back after a removal: a new span
+                seen[key] = {**row, "first": day, "first_commit": commit[:11], "until": ""}
+                spans.append(seen[key])
+        for key in [k for k in seen if k not in now]:
+            seen.pop(key)["until"] = day
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for row in sorted(spans, key=lambda r: (r["config_key"], r["isl"], r["osl"], r["first"],
+                                                         r["spec_decoding"], r["concurrencies"])):
+            w.writerow(row)
+    print(f"{Path(args.out).name}: {len(spans)} entries from {len(commits)} commits of {CONFIG}, "
+          f"{commits[0][0][:11]} ({commits[0][1]}) .. {commits[-1][0][:11]} ({commits[-1][1]})")
+
+
+if __name__ == "__main__":
+    main()
