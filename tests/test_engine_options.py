@@ -201,9 +201,9 @@ def test_disaggregated_runs_keep_the_engines_defaults():
     # the transcribed scripts launch one single-node server; the campaign's disaggregated runs come
     # from its multi-node recipes
     frame = silicon.read()[0]
-    row = frame[frame.id == "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_disagg_1024x1024_c875_tp4_0_ep4_0_1138"]
+    row = frame[frame.id == "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c1920_tp8_0_ep8_0_364"]
     c = silicon.map_row(row.to_dict("records")[0])
-    assert c.mode == "disagg" and c.benchmark == "inferencex"
+    assert c.mode == "disagg" and c.benchmark == "inferencex" and c.predictable
     assert (c.engine_options, c.kv_dtype, c.memory_fraction) == ((), None, None)
 
 

@@ -307,7 +307,8 @@ def map_row(row: dict) -> Case:
                 backend_version=row.get("backend_version", "") or "unstated", mode=row["mode"],
                 isl=_int(row, "isl") or 0, osl=_int(row, "osl") or 0,
                 concurrency=_int(row, "concurrency") or 0, tpot_ms=_float(row, "silicon_tpot_ms"),
-                ttft_ms=_float(row, "silicon_ttft_ms"), family=family)
+                ttft_ms=_float(row, "silicon_ttft_ms"), family=family,
+                benchmark=row.get("benchmark") or "gap-analysis")
     sys_entry = t["systems"].get(system)
     if not sys_entry or not sys_entry.get("device"):
         return replace(base, reason=f"unknown device {system}")
@@ -357,7 +358,6 @@ def map_row(row: dict) -> Case:
         return replace(base, reason=why or speculative)
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
-    base = replace(base, benchmark=row.get("benchmark") or "gap-analysis")
     from perfcast.inference.recipes import speculative_run, with_batch_limit, with_recipe
 
     if base.benchmark == "inferencex" and base.mode == "agg":  # the recipes are single-node servers' scripts
