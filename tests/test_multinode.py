@@ -37,6 +37,16 @@ def test_the_shipped_table_reads_and_holds_both_kinds_of_entry():
     assert all(e.framework in multinode.FRAMEWORKS.values() for e in entries)
 
 
+def test_an_entrys_spec_decoding_agrees_with_its_recipes_name():
+    """Where the srt-slurm recipe an entry runs names its speculation (``/mtp/`` or ``mtp1``…``mtp3``
+    against ``/stp/`` or ``mtp0``), it says what the entry's ``spec-decoding`` says."""
+    import re
+
+    named = [(e.mtp, bool(re.search(r"/mtp/|mtp[1-9]", e.config_file))) for e in multinode.entries()
+             if re.search(r"/mtp/|mtp[0-9]|/stp/", e.config_file)]
+    assert len(named) > 600 and all(mtp == says for mtp, says in named)
+
+
 def test_a_row_without_workers_takes_the_one_deployment_that_ran_it():
     c = case(**DATED, concurrency="2048")
     assert c.predictable, c.reason
