@@ -74,6 +74,10 @@ def test_a_row_either_kind_of_entry_can_have_measured_is_priced_as_the_plain_one
     label = next(a for a in c.approximate if a.startswith(multinode.EITHER_NOTE))
     assert "both with MTP" in label and "priced as the plain one" in label
     assert any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
+    from perfcast.inference.validation import _strictly
+
+    strict = _strictly(c)  # perfcast validate --strict
+    assert not strict.predictable and strict.reason.startswith("approximate mapping refused (--strict)")
 
 
 @pytest.mark.parametrize("change", [dict(measured="2025-06-01"), dict(image="lmsysorg/sglang:v0.5.8"),
