@@ -60,6 +60,20 @@ def test_a_row_without_workers_takes_the_one_deployment_that_ran_it():
     assert "ctx1_gen1_dep32_batch64_eplb0_mtp0.yaml" in note and multinode.TABLE in note
 
 
+def test_a_row_takes_its_recipes_decode_settings_where_perfcast_prices_them():
+    frame, _ = silicon.read()
+    rows = {r["id"]: r for r in frame.to_dict("records")}
+    # B200, DeepSeek-R1 FP8, one decode worker of TP 8: the recipe's decode workers ran the TRTLLM MoE backend
+    b = silicon.map_row(rows["2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_8192x1024_c1_tp8_0_ep1_0_358"])
+    assert b.predictable and b.kv_dtype == "fp8" and b.engine_options == (("moe_backend", "TRTLLM"),)
+    note = next(n for n in b.notes if n.startswith(multinode.RECIPE_NOTE))
+    assert "KV cache fp8, MoE backend TRTLLM (recipes/trtllm/b200-fp8/" in note and "NVIDIA/srt-slurm" in note
+    # GB200 DEP32: CuTe DSL MoE, which the TensorRT-LLM profile does not price — its default stays, said
+    g = case(**DATED, concurrency="2048")
+    assert g.kv_dtype == "fp8" and g.engine_options == ()
+    assert any("MoE backend CUTEDSL, which perfcast's trtllm profile does not price" in n for n in g.notes)
+
+
 def test_a_row_only_mtp_entries_can_have_measured_is_not_priced():
     c = case(**{**DATED, "decode_tp_size": "16", "decode_moe_tp_size": "4"}, concurrency="6144")
     assert not c.predictable
@@ -94,14 +108,14 @@ def test_stated_workers_are_kept_and_must_agree_with_the_entry():
               "prefill_num_workers": "1", "decode_num_workers": "1"}
     assert multinode.candidates(stated)
     assert not multinode.candidates({**stated, "decode_num_workers": "2"})
-    row, why, either, note = multinode.resolve(stated)
-    assert (row, why, note) == (stated, None, None)  # the row's own layout stands
+    r = multinode.resolve(stated)
+    assert (r.row, r.reason, r.note) == (stated, None, None)  # the row's own layout stands
 
 
 @pytest.mark.parametrize("change", [dict(mode="agg"), dict(benchmark="gap-analysis")])
 def test_only_disaggregated_inferencex_rows_are_read(change):
     row = {**DATED, "concurrency": "8192", **change}
-    assert multinode.resolve(row) == (row, None, None, None)
+    assert multinode.resolve(row) == multinode.Resolution(row)
 
 
 def test_a_malformed_table_is_one_line_naming_the_file_and_line(tmp_path):
@@ -121,8 +135,8 @@ def _tool():
     return mod
 
 
-def _commit(repo: Path, day: str, text: str) -> None:
-    cfg = repo / ".github/configs/nvidia-master.yaml"
+def _commit(repo: Path, day: str, text: str, path: str = ".github/configs/nvidia-master.yaml") -> None:
+    cfg = repo / path
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(text)
     env = {"GIT_AUTHOR_DATE": f"{day}T12:00:00", "GIT_COMMITTER_DATE": f"{day}T12:00:00", "HOME": str(repo),
@@ -158,6 +172,24 @@ PLAIN = """    - conc-start: 4
       decode: {num-worker: 1, tp: 32, ep: 32, dp-attn: true}"""
 
 
+RECIPE = """
+benchmark: {concurrencies: "4x8x12"}
+backend:
+  trtllm_config:
+    prefill: {kv_cache_config: {dtype: fp8}, moe_config: {backend: TRTLLM}}
+    decode: {kv_cache_config: {dtype: fp8}, moe_config: {backend: CUTLASS}}
+"""
+
+
+def _recipes(tmp_path: Path) -> Path:
+    repo = tmp_path / "srt"
+    subprocess.run(["git", "init", "-q", "-b", "sa-submission-q2-2026", str(repo)], check=True)
+    (repo / "recipes").mkdir()
+    _commit(repo, "2026-01-03", RECIPE, "recipes/a.yaml")
+    _commit(repo, "2026-01-20", RECIPE.replace("CUTLASS", "TRTLLM"), "recipes/a.yaml")  # after the entry's last day
+    return repo
+
+
 def test_the_tool_writes_each_entry_with_the_days_it_was_in_force(tmp_path):
     repo = tmp_path / "ix"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -166,8 +198,11 @@ def test_the_tool_writes_each_entry_with_the_days_it_was_in_force(tmp_path):
     _commit(repo, "2026-01-09", CONFIG.format(entries=PLAIN))
     _commit(repo, "2026-02-01", CONFIG.format(entries=MTP))  # beyond --until: not read
     out = tmp_path / "t.csv"
-    _tool().main(["--repo", str(repo), "--until", "2026-01-31", "--out", str(out)])
+    _tool().main(["--repo", str(repo), "--until", "2026-01-31", "--out", str(out), "--recipes", str(_recipes(tmp_path))])
     mtp, plain = multinode.read(out)
+    # the recipe as the branch had it on the entry's last day (2026-01-09), not after
+    assert (sorted(mtp.recipe_concurrencies), mtp.kv_cache_dtype, mtp.moe_backend) == ([4, 8, 12], "fp8", "CUTLASS")
+    assert plain.recipe_commit == "" and plain.recipe_concurrencies == frozenset()  # it names no recipe
     assert (mtp.mtp, sorted(mtp.concurrencies), mtp.first, mtp.until) == (True, [4, 8], "2026-01-01", "2026-01-09")
     assert mtp.config_file == "recipes/a.yaml" and mtp.image == IMAGE  # '#' read as '/'
     assert (mtp.prefill, mtp.decode) == (multinode.Pool(1, 4, 4, True), multinode.Pool(4, 8, 8, False))
@@ -186,8 +221,8 @@ def test_the_shipped_table_is_the_one_its_manifest_describes():
 
 
 def test_the_shipped_copy_reads_the_same_rows_as_the_docs_say():
-    """docs/design/validation.md, "The campaign's multi-node configs": 285 rows not priced, 391 labelled,
-    686 given their workers, by system and backend."""
+    """docs/design/validation.md, "The campaign's multi-node configs": 299 rows not priced, 426 labelled,
+    726 given their workers, by system and backend."""
     from collections import Counter
 
     frame, _ = silicon.read()
@@ -198,11 +233,11 @@ def test_the_shipped_copy_reads_the_same_rows_as_the_docs_say():
         mtp[k] += (c.reason or "").startswith("ran speculative decoding, MTP in every entry")
         either[k] += any(a.startswith(multinode.EITHER_NOTE) for a in c.approximate)
         workers[k] += any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
-    assert +mtp == {("b200_sxm", "sglang"): 27, ("b200_sxm", "trtllm"): 69, ("b300_sxm", "trtllm"): 54,
-                    ("gb200", "trtllm"): 63, ("gb300", "trtllm"): 58, ("h100_sxm", "sglang"): 2,
-                    ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4}
-    assert sum(either.values()) == 391 and sum(workers.values()) == 686
-    assert +workers == {("b200_sxm", "sglang"): 66, ("b200_sxm", "trtllm"): 82, ("b300_sxm", "trtllm"): 66,
-                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 141, ("gb300", "sglang"): 64,
+    assert +mtp == {("b200_sxm", "sglang"): 27, ("b200_sxm", "trtllm"): 69, ("b300_sxm", "trtllm"): 53,
+                    ("gb200", "trtllm"): 61, ("gb300", "trtllm"): 58, ("h100_sxm", "sglang"): 2,
+                    ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4, ("h200_sxm", "trtllm"): 17}
+    assert sum(either.values()) == 426 and sum(workers.values()) == 726
+    assert +workers == {("b200_sxm", "sglang"): 66, ("b200_sxm", "trtllm"): 82, ("b300_sxm", "trtllm"): 71,
+                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 144, ("gb300", "sglang"): 64,
                         ("gb300", "trtllm"): 96, ("h100_sxm", "sglang"): 8, ("h100_sxm", "trtllm"): 38,
-                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 9}
+                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 41}

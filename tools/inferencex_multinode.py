@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +33,14 @@ import yaml
 CONFIG = ".github/configs/nvidia-master.yaml"
 OUT = Path(__file__).resolve().parent.parent / "src/perfcast/data/validation/inferencex_multinode.csv"
 POOL = ("workers", "tp", "ep", "dp_attn")
+#: what the srt-slurm recipe of an entry states: the clients its benchmark runs, and per worker pool
+#: TensorRT-LLM's KV-cache dtype and MoE backend (trtllm_config.{prefill,decode}: kv_cache_config.dtype,
+#: moe_config.backend); the recipe's commit
+RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "prefill_moe_backend",
+          "decode_kv_cache_dtype", "decode_moe_backend")
 COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
            "concurrencies", *(f"prefill_{k}" for k in POOL), *(f"decode_{k}" for k in POOL), "config_file",
-           "first", "first_commit", "until")
+           "first", "first_commit", "until", *RECIPE)
 
 
 def git(repo: str, *args: str) -> str:
@@ -50,6 +56,30 @@ def config_file(p: dict) -> str:
         if str(s).startswith("CONFIG_FILE="):
             return str(s).split("=", 1)[1]
     return ""
+
+
+def recipe(repo: str, branch: str, path: str, day: str, cache: dict) -> dict:
+    """The RECIPE columns of an srt-slurm recipe as the branch had it on ``day`` (empty where the
+    file is not there)."""
+    commit = git(repo, "rev-list", "-1", f"--before={day}T23:59:59", branch).strip()
+    if not commit or (commit, path) in cache:
+        return cache.get((commit, path), {})
+    try:
+        doc = yaml.safe_load(git(repo, "show", f"{commit}:{path}")) or {}
+    except (subprocess.CalledProcessError, yaml.YAMLError):
+        doc = None
+    out = {}
+    if isinstance(doc, dict):
+        concs = str((doc.get("benchmark") or {}).get("concurrencies") or "")
+        pools = ((doc.get("backend") or {}).get("trtllm_config") or {})
+        out = {"recipe_commit": commit[:11],
+               "recipe_concurrencies": " ".join(re.findall(r"\d+", concs)),  # "576", ['2048'], "4x8x16"
+               **{f"{pre}_{k}": str(((pools.get(pre) or {}).get(sect) or {}).get(key) or "")
+                  for pre in ("prefill", "decode")
+                  for k, sect, key in (("kv_cache_dtype", "kv_cache_config", "dtype"),
+                                       ("moe_backend", "moe_config", "backend"))}}
+    cache[(commit, path)] = out
+    return out
 
 
 def entries(doc: dict):
@@ -84,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repo", required=True, help="a clone of SemiAnalysisAI/InferenceX with its history")
     ap.add_argument("--until", default="2026-04-27", help="the last day of history read (YYYY-MM-DD)")
     ap.add_argument("--out", default=str(OUT), help="the table written (default: the shipped one)")
+    ap.add_argument("--recipes", help="a clone of NVIDIA/srt-slurm with its history: each entry's recipe "
+                    "(CONFIG_FILE) as the branch had it on the entry's last day in force")
+    ap.add_argument("--recipes-branch", default="sa-submission-q2-2026")
     args = ap.parse_args(argv)
     log = git(args.repo, "log", "--reverse", "--format=%H %cd", "--date=short", "--", CONFIG).split("\n")
     commits = [line.split() for line in log if line and line.split()[1] <= args.until]
@@ -100,6 +133,11 @@ def main(argv: list[str] | None = None) -> None:
                 spans.append(seen[key])
         for key in [k for k in seen if k not in now]:
             seen.pop(key)["until"] = day
+    cache: dict = {}
+    for row in spans if args.recipes else ():
+        if row["config_file"] and ":" not in row["config_file"]:
+            row.update(recipe(args.recipes, args.recipes_branch, row["config_file"], row["until"] or args.until,
+                              cache))
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         w.writeheader()

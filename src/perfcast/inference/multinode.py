@@ -73,6 +73,10 @@ class Entry:
     first: str
     first_commit: str
     until: str
+    recipe_commit: str = ""
+    recipe_concurrencies: frozenset[int] = frozenset()
+    kv_cache_dtype: str = ""  # the decode workers' (srt-slurm recipe: trtllm_config.decode)
+    moe_backend: str = ""
 
     def source(self) -> str:
         return f"{self.key}{', ' + self.config_file if self.config_file else ''}, from {self.first_commit} ({self.first})"
@@ -94,7 +98,9 @@ def read(path) -> tuple[Entry, ...]:
                 out.append(Entry(r["config_key"], r["runner"], r["framework"], model, r["precision"], r["image"],
                                  int(r["isl"]), int(r["osl"]), r["spec_decoding"] == "mtp",
                                  frozenset(int(c) for c in r["concurrencies"].split()), _pool(r, "prefill_"),
-                                 _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"]))
+                                 _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"],
+                                 r["recipe_commit"], frozenset(int(c) for c in r["recipe_concurrencies"].split()),
+                                 r["decode_kv_cache_dtype"], r["decode_moe_backend"]))
             except (KeyError, ValueError, TypeError, AttributeError) as e:
                 raise UserError(f"{path}: line {k}: {type(e).__name__} {e} (expected the columns "
                                 f"tools/inferencex_multinode.py writes)") from None
@@ -124,7 +130,8 @@ def candidates(row: dict) -> tuple[Entry, ...]:
     for e in entries():
         if (e.runner not in RUNNERS.get(row.get("system"), ()) or e.framework != FRAMEWORKS.get(row.get("backend"))
                 or e.model_path != campaign_model(row.get("model_path", "")) or e.precision != row.get("precision")
-                or (e.isl, e.osl) != (_int(row, "isl"), _int(row, "osl")) or c not in e.concurrencies
+                or (e.isl, e.osl) != (_int(row, "isl"), _int(row, "osl"))
+                or c not in e.concurrencies | e.recipe_concurrencies
                 or (image and e.image != image) or (day and not (e.first <= day and (not e.until or e.until >= since)))):
             continue
         if any(_gpus(row, pre) not in (None, pool.tp) or _int(row, f"{pre}num_workers") not in (None, pool.workers)
@@ -142,30 +149,75 @@ def _columns(pre: str, pool: Pool) -> dict[str, str]:
             f"{pre}moe_ep_size": str(pool.ep)}
 
 
-def resolve(row: dict) -> tuple[dict, str | None, str | None, str | None]:
-    """(the row, with the worker pools the campaign's config gives where the row states no worker
-    counts; why it is not priced; what is approximate about it; the note naming the config) for a
-    disaggregated InferenceX row. Not priced where every entry that can have measured it ran MTP
-    (its TPOT depends on an acceptance rate neither the row nor the campaign states); labelled
-    approximate where MTP and plain entries both can have (priced as the plain one)."""
+@dataclass(frozen=True)
+class Resolution:
+    """What the campaign's multi-node configs say of a row (:func:`resolve`)."""
+
+    row: dict
+    reason: str | None = None  # why it is not priced
+    either: str | None = None  # what is approximate about it
+    note: str | None = None  # the workers the config gives
+    recipe: Entry | None = None  # the one plain entry's srt-slurm recipe settings, where all agree
+
+
+def resolve(row: dict) -> Resolution:
+    """The row, with the worker pools the campaign's config gives where the row states no worker
+    counts, for a disaggregated InferenceX row. Not priced where every entry that can have measured
+    it ran MTP (its TPOT depends on an acceptance rate neither the row nor the campaign states);
+    labelled approximate where MTP and plain entries both can have (priced as the plain one)."""
     if row.get("mode") != "disagg" or row.get("benchmark") != "inferencex":
-        return row, None, None, None
+        return Resolution(row)
     found = candidates(row)
     if not found:
-        return row, None, None, None
+        return Resolution(row)
     c, day = row.get("concurrency"), row.get("measured") or "an unstated day"
     mtp = [e for e in found if e.mtp]
     if len(mtp) == len(found):
-        return row, (f"ran speculative decoding, MTP in every entry of the campaign's multi-node configs that can have "
-                     f"measured it (concurrency {c}, {day}: {'; '.join(e.source() for e in mtp[:3])}; "
-                     f"{TABLE}); the row states no acceptance rate, on which its TPOT depends"), None, None
+        return Resolution(row, (f"ran speculative decoding, MTP in every entry of the campaign's multi-node configs "
+                                f"that can have measured it (concurrency {c}, {day}: "
+                                f"{'; '.join(e.source() for e in mtp[:3])}; {TABLE}); the row states no acceptance "
+                                f"rate, on which its TPOT depends"))
     plain = [e for e in found if not e.mtp]
     either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
+    settings = {(e.recipe_commit and e.kv_cache_dtype, e.recipe_commit and e.moe_backend) for e in plain}
+    recipe = plain[0] if len(settings) == 1 and any(next(iter(settings))) else None
     pools = {(e.prefill, e.decode) for e in plain}
     if _int(row, "decode_num_workers") or len(pools) != 1:
-        return row, None, either, None
+        return Resolution(row, None, either, None, recipe)
     (prefill, decode), = pools
     note = (f"{WORKERS_NOTE}: prefill {prefill}, decode {decode} ({plain[0].source()}; {TABLE}); the decode batch is "
             f"the concurrency over the decode workers' attention-DP ranks, as the campaign's database dump states it")
-    return {**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note
+    return Resolution({**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note,
+                      recipe)
+
+
+#: how a case's note naming its srt-slurm recipe's settings begins
+RECIPE_NOTE = "engine settings of the srt-slurm recipe"
+
+
+def with_recipe(case, entry: Entry | None):
+    """``case`` with its decode workers' KV-cache dtype (where the row states none) and TensorRT-LLM
+    MoE backend as the srt-slurm recipe of its config entry launched them; a backend perfcast's engine
+    profile does not price keeps the profile's default, and the note says so."""
+    if entry is None:
+        return case
+    from dataclasses import replace
+
+    from perfcast.engines import get_engine
+
+    kv = case.kv_dtype or entry.kv_cache_dtype or None
+    options, said = case.engine_options, []
+    option = get_engine(case.engine).options.get("moe_backend") if entry.moe_backend else None
+    if option is not None and entry.moe_backend in option.choices \
+            and case.device in (option.devices or {}).get(entry.moe_backend, [case.device]):
+        options = tuple(sorted({**dict(options), "moe_backend": entry.moe_backend}.items()))
+        said.append(f"MoE backend {entry.moe_backend}")
+    elif entry.moe_backend:
+        said.append(f"MoE backend {entry.moe_backend}, which perfcast's {case.engine} profile does not price "
+                    f"(its default kept)")
+    if entry.kv_cache_dtype:
+        said.insert(0, f"KV cache {entry.kv_cache_dtype}")
+    note = (f"{RECIPE_NOTE}: decode workers' {', '.join(said)} ({entry.config_file} at NVIDIA/srt-slurm "
+            f"{entry.recipe_commit}; {TABLE})")
+    return replace(case, kv_dtype=kv, engine_options=options, notes=case.notes + (note,))

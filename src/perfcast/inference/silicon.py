@@ -349,13 +349,14 @@ def map_row(row: dict) -> Case:
     row, dp_note = _dp_attention(row)
     if dp_note:
         base = replace(base, notes=base.notes + (dp_note,))
-    row, speculative, either, workers_note = multinode.resolve(row)
-    base = replace(base, notes=base.notes + ((workers_note,) if workers_note else ()),
-                   approximate=base.approximate + ((either,) if either else ()))
+    configs = multinode.resolve(row)
+    row = configs.row
+    base = replace(base, notes=base.notes + ((configs.note,) if configs.note else ()),
+                   approximate=base.approximate + ((configs.either,) if configs.either else ()))
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
-    if why or speculative:
-        return replace(base, reason=why or speculative)
+    if why or configs.reason:
+        return replace(base, reason=why or configs.reason)
     if not base.concurrency:
         base = replace(base, concurrency=base.num_queries)
     from perfcast.inference.recipes import speculative_run, with_batch_limit, with_recipe
@@ -367,7 +368,7 @@ def map_row(row: dict) -> Case:
             return replace(base, reason=why)
         base = replace(base, approximate=base.approximate + ((either,) if either else ()))
         base = with_recipe(base, row.get("precision", ""))
-    base = with_batch_limit(base)
+    base = multinode.with_recipe(with_batch_limit(base), configs.recipe)
     if base.mode == "disagg":
         pre_layout, _, why_p, _ = _layout(row, catalog_model(base.model).data, True, "prefill_")
         base = replace(base, prefill_layout=None if why_p else pre_layout,
