@@ -197,14 +197,17 @@ def test_deepseek_r1_nvfp4_rows_on_b200_take_the_scripts_moe_backend():
     assert _row(benchmark="gap-analysis").engine_options == ()
 
 
-def test_disaggregated_runs_keep_the_engines_defaults():
+def test_disaggregated_runs_take_their_srt_slurm_recipe_not_the_single_node_scripts():
     # the transcribed scripts launch one single-node server; the campaign's disaggregated runs come
-    # from its multi-node recipes
+    # from its multi-node configs and their srt-slurm recipes (perfcast.inference.multinode)
     frame = silicon.read()[0]
     row = frame[frame.id == "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c1920_tp8_0_ep8_0_364"]
     c = silicon.map_row(row.to_dict("records")[0])
     assert c.mode == "disagg" and c.benchmark == "inferencex" and c.predictable
-    assert (c.engine_options, c.kv_dtype, c.memory_fraction) == ((), None, None)
+    # its recipe's decode workers: KV cache fp8, the DeepGEMM MoE (not priced: the default stays);
+    # no memory fraction of the single-node script
+    assert (c.engine_options, c.kv_dtype, c.memory_fraction) == ((), "fp8", None)
+    assert any("MoE backend DEEPGEMM, which perfcast's trtllm profile does not price" in n for n in c.notes)
 
 
 # -- the search ---------------------------------------------------------------------------------
