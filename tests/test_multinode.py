@@ -72,6 +72,14 @@ def test_a_row_takes_its_recipes_decode_settings_where_perfcast_prices_them():
     g = case(**DATED, concurrency="2048")
     assert g.kv_dtype == "fp8" and g.engine_options == ()
     assert any("MoE backend CUTEDSL, which perfcast's trtllm profile does not price" in n for n in g.notes)
+    # SGLang: --kv-cache-dtype fp8_e4m3 (perfcast's fp8) on GB300; on GB200 a FlashInfer MoE runner too,
+    # which is not an option of the SGLang profile
+    s = silicon.map_row(rows["dsr1_gb300_sglang_fp8_disagg_8192x1024_c128_cfg505"])
+    assert s.predictable and s.kv_dtype == "fp8" and s.engine_options == ()
+    assert any(n.startswith(f"{multinode.RECIPE_NOTE}: decode workers' KV cache fp8 (recipes/gb300-fp8/")
+               for n in s.notes)
+    f = silicon.map_row(rows["dsr1_gb200_sglang_fp4_disagg_1024x1024_c4_cfg486"])
+    assert any("MoE backend flashinfer_trtllm, which perfcast's sglang profile does not price" in n for n in f.notes)
 
 
 def test_a_row_only_mtp_entries_can_have_measured_is_not_priced():

@@ -33,9 +33,10 @@ import yaml
 CONFIG = ".github/configs/nvidia-master.yaml"
 OUT = Path(__file__).resolve().parent.parent / "src/perfcast/data/validation/inferencex_multinode.csv"
 POOL = ("workers", "tp", "ep", "dp_attn")
-#: what the srt-slurm recipe of an entry states: the clients its benchmark runs, and per worker pool
-#: TensorRT-LLM's KV-cache dtype and MoE backend (trtllm_config.{prefill,decode}: kv_cache_config.dtype,
-#: moe_config.backend); the recipe's commit
+#: what the srt-slurm recipe of an entry states: the clients its benchmark runs, and per worker pool the
+#: KV-cache dtype and MoE backend (TensorRT-LLM: trtllm_config.{prefill,decode} kv_cache_config.dtype,
+#: moe_config.backend; SGLang: sglang_config.{prefill,decode} kv-cache-dtype, moe-runner-backend); the
+#: recipe's commit
 RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "prefill_moe_backend",
           "decode_kv_cache_dtype", "decode_moe_backend")
 COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
@@ -71,13 +72,17 @@ def recipe(repo: str, branch: str, path: str, day: str, cache: dict) -> dict:
     out = {}
     if isinstance(doc, dict):
         concs = str((doc.get("benchmark") or {}).get("concurrencies") or "")
-        pools = ((doc.get("backend") or {}).get("trtllm_config") or {})
+        backend = doc.get("backend") or {}
+        trt, sgl = backend.get("trtllm_config") or {}, backend.get("sglang_config") or {}
         out = {"recipe_commit": commit[:11],
-               "recipe_concurrencies": " ".join(re.findall(r"\d+", concs)),  # "576", ['2048'], "4x8x16"
-               **{f"{pre}_{k}": str(((pools.get(pre) or {}).get(sect) or {}).get(key) or "")
-                  for pre in ("prefill", "decode")
-                  for k, sect, key in (("kv_cache_dtype", "kv_cache_config", "dtype"),
-                                       ("moe_backend", "moe_config", "backend"))}}
+               "recipe_concurrencies": " ".join(re.findall(r"\d+", concs))}  # "576", ['2048'], "4x8x16"
+        for pre in ("prefill", "decode"):
+            t, g = trt.get(pre) or {}, sgl.get(pre) or {}
+            # TensorRT-LLM: kv_cache_config.dtype, moe_config.backend; SGLang: --kv-cache-dtype (fp8_e4m3 is
+            # perfcast's fp8), --moe-runner-backend
+            kv = str((t.get("kv_cache_config") or {}).get("dtype") or g.get("kv-cache-dtype") or "")
+            out[f"{pre}_kv_cache_dtype"] = "fp8" if kv.startswith("fp8") else kv
+            out[f"{pre}_moe_backend"] = str((t.get("moe_config") or {}).get("backend") or g.get("moe-runner-backend") or "")
     cache[(commit, path)] = out
     return out
 

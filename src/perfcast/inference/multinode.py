@@ -75,7 +75,7 @@ class Entry:
     until: str
     recipe_commit: str = ""
     recipe_concurrencies: frozenset[int] = frozenset()
-    kv_cache_dtype: str = ""  # the decode workers' (srt-slurm recipe: trtllm_config.decode)
+    kv_cache_dtype: str = ""  # the decode workers' (srt-slurm recipe: trtllm_config / sglang_config decode)
     moe_backend: str = ""
 
     def source(self) -> str:
@@ -197,9 +197,9 @@ RECIPE_NOTE = "engine settings of the srt-slurm recipe"
 
 
 def with_recipe(case, entry: Entry | None):
-    """``case`` with its decode workers' KV-cache dtype (where the row states none) and TensorRT-LLM
-    MoE backend as the srt-slurm recipe of its config entry launched them; a backend perfcast's engine
-    profile does not price keeps the profile's default, and the note says so."""
+    """``case`` with its decode workers' KV-cache dtype (where the row states none) and MoE backend (the
+    engine option, where the engine's profile has it) as the srt-slurm recipe of its config entry
+    launched them; a backend the engine's profile does not price keeps its default, and the note says so."""
     if entry is None:
         return case
     from dataclasses import replace
