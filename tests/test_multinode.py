@@ -120,6 +120,14 @@ def test_stated_workers_are_kept_and_must_agree_with_the_entry():
     assert (r.row, r.reason, r.note) == (stated, None, None)  # the row's own layout stands
 
 
+@pytest.mark.parametrize("column", ["decode_tp_size", "prefill_num_workers", "concurrency"])
+def test_a_malformed_row_column_is_one_line_naming_it(column):
+    # the config is read before the layout: its reading of the row's columns says what is wrong as the
+    # layout's does, never a traceback
+    with pytest.raises(UserError, match=rf"row r: column {column}: 'abc' is not a number"):
+        case(**{**DATED, "concurrency": "2048", column: "abc"})
+
+
 @pytest.mark.parametrize("change", [dict(mode="agg"), dict(benchmark="gap-analysis")])
 def test_only_disaggregated_inferencex_rows_are_read(change):
     row = {**DATED, "concurrency": "8192", **change}

@@ -16,12 +16,13 @@ worker counts, where the row states them). Transcribed config keys; nothing fitt
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from functools import lru_cache
 from importlib import resources
 
 from perfcast.inference.recipes import campaign_model
+from perfcast.inference.silicon_file import _int
 from perfcast.ir import UserError
 
 TABLE = "inferencex_multinode.csv"
@@ -112,11 +113,6 @@ def entries() -> tuple[Entry, ...]:
     return read(str(resources.files("perfcast.data") / "validation" / TABLE))
 
 
-def _int(row: dict, col: str) -> int | None:
-    v = str(row.get(col) or "").strip()
-    return int(float(v)) if v else None
-
-
 def _gpus(row: dict, pre: str) -> int | None:
     tp = _int(row, f"{pre}tp_size")
     return tp * (_int(row, f"{pre}attention_dp_size") or 1) if tp else None
@@ -180,7 +176,7 @@ def resolve(row: dict) -> Resolution:
     plain = [e for e in found if not e.mtp]
     either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
-    settings = {(e.recipe_commit and e.kv_cache_dtype, e.recipe_commit and e.moe_backend) for e in plain}
+    settings = {(e.kv_cache_dtype, e.moe_backend) for e in plain}  # empty where the entry names no recipe
     recipe = plain[0] if len(settings) == 1 and any(next(iter(settings))) else None
     pools = {(e.prefill, e.decode) for e in plain}
     if _int(row, "decode_num_workers") or len(pools) != 1:
@@ -202,8 +198,6 @@ def with_recipe(case, entry: Entry | None):
     launched them; a backend the engine's profile does not price keeps its default, and the note says so."""
     if entry is None:
         return case
-    from dataclasses import replace
-
     from perfcast.engines import get_engine
 
     kv = case.kv_dtype or entry.kv_cache_dtype or None

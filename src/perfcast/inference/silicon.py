@@ -34,7 +34,7 @@ from perfcast.capture.parallel import Layout, experts_of
 from perfcast.hardware.spec import SpecError
 from perfcast.inference import multinode
 from perfcast.inference.silicon_file import (  # noqa: F401  (the file's API, as silicon.* too)
-    COLUMNS, WORKER_COLUMNS, _data, benchmark_of, collection_of, convert, manifest, read, shipped_path)
+    COLUMNS, WORKER_COLUMNS, _data, _int, benchmark_of, collection_of, convert, manifest, read, shipped_path)
 from perfcast.ir import UserError
 from perfcast.models import load_model_config
 from perfcast.models.quant_configs import read as read_quantization
@@ -112,19 +112,6 @@ class Case:
     @property
     def predictable(self) -> bool:
         return self.reason is None
-
-
-def _int(row: dict, col: str, *, default: int | None = None, zero_is_unset: bool = False) -> int | None:
-    text = str(row.get(col, "")).strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a number") from None
-    if not value.is_integer() or value < 0:
-        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a non-negative integer")
-    return default if zero_is_unset and value == 0 else int(value)
 
 
 def _float(row: dict, col: str) -> float:

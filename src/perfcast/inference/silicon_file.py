@@ -88,6 +88,21 @@ ADDED = {"concurrency": concurrency_of, "benchmark": benchmark_of, "collection":
          "image": image_of, "measured": measured_of}
 
 
+def _int(row: dict, col: str, *, default: int | None = None, zero_is_unset: bool = False) -> int | None:
+    """A row's integer column; ``default`` where it is empty (or 0, with ``zero_is_unset``); anything else
+    is one line naming the row and the column."""
+    text = str(row.get(col, "")).strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a number") from None
+    if not value.is_integer() or value < 0:
+        raise UserError(f"row {row.get('id', '?')}: column {col}: {text!r} is not a non-negative integer")
+    return default if zero_is_unset and value == 0 else int(value)
+
+
 def shipped_path() -> Path:
     return Path(str(resources.files("perfcast.data") / "validation" / "silicon_sample.csv"))
 
