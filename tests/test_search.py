@@ -175,7 +175,10 @@ def test_optimize_prints_its_document_and_saves_every_candidate(tmp_path):
     doc = json.loads(stdout)
     _valid("optimize", doc)
     assert doc["candidates_evaluated"] == 8   # agg tp1, tp2, pp2 (× 2 batches); disagg 1×tp1 → 1×tp1 (× 2)
-    assert doc["rejected"]["not_modelled"] == 2 and doc["rejected"]["invalid_layout"] == 0
+    assert doc["rejected"]["not_modelled"] == 0 and doc["rejected"]["invalid_layout"] == 0
+    pipelines = [c for c in json.loads((out / "candidates.json").read_text())["candidates"]
+                 if c["deployment"]["layout"]["pp"] == 2]
+    assert len(pipelines) == 2 and all(c["closed_form"] for c in pipelines)   # priced, as the others
     best = doc["best"]
     assert best["status"] == "ok" and best["on_front"] in (True, False)
     assert best["simulation"]["ttft_s"] <= 1 and best["simulation"]["tpot_s"] <= 0.05

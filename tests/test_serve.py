@@ -125,7 +125,8 @@ def test_the_serve_trace_has_a_track_per_instance_a_span_per_phase_and_counters(
     (("--concurrency", "2", "--speculative", "mtp:2", "--acceptance", "0.5"), "2 probabilities"),
     (("--concurrency", "2", "--speculative", "lookahead:2", "--acceptance", "0.5"), "expected mtp:K"),
     (("--concurrency", "2", "--disagg", "2x3"), "expected XpYd"),
-    (("--concurrency", "2", "--pp-size", "2"), "--pp-size"),
+    (("--concurrency", "2", "--pp-size", "2", "--engine", "trtllm", "--isl", "9000", "--tier", "closed-form"),
+     "exceeds max_num_tokens 8192"),   # one prompt runs in one batch, whatever the cycle's budget
     (("--concurrency", "2", "--cv", "2"), "--cv"),
     (("--concurrency", "2", "--attention-dp"), "--attention-dp"),
     (("--concurrency", "3", "--dp-size", "2"), "does not split evenly"),

@@ -93,9 +93,7 @@ def test_a_step_beyond_the_compiled_tokens_is_one_line(llama):
         llama.step_s_array([1, 0], [10, 0], [2, 5000], [0, 0], [1, 1])
 
 
-def test_pipeline_parallel_and_profiling_are_refused():
-    with pytest.raises(UserError, match="--pp-size"):
-        compile_step(Deployment("llama-3.1-8b", "h100-sxm", layout=Layout(pp=2)))
+def test_a_measured_table_pricing_is_refused():
     with pytest.raises(UserError, match="--performance-model"):
         compile_step(Deployment("llama-3.1-8b", "h100-sxm", performance_model="profiling"))
 

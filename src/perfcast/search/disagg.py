@@ -39,8 +39,9 @@ def _splits(budget: int, pre: int, dec: int) -> list[tuple[int, int]]:
 
 
 def _usable(spec: SearchSpec, device: str, quantize: str | None, lay: Layout) -> str | None:
-    """Why one pool's layout cannot serve (None: it can): pipeline stages, or a split the model
-    cannot take."""
+    """Why one pool's layout cannot serve (None: it can): pipeline stages (not paired here:
+    ``perfcast serve --disagg`` prices such a pool, the search does not enumerate them), or a split
+    the model cannot take."""
     if lay.pp > 1:
         return "not_modelled"
     try:

@@ -43,7 +43,7 @@ from perfcast.serving.workload import Lengths, Workload
 REASONS = {
     "invalid_layout": "invalid layout (the model cannot be split so)",
     "does_not_fit": "does not fit (weights and KV cache of a full batch exceed the devices' memory)",
-    "not_modelled": "not modelled (pipeline parallelism in serving)",
+    "not_modelled": "not modelled (a pipeline-parallel pool in disaggregated serving)",
     "no_data": "cannot be priced (no data or no model for a part)",
     "slo": "misses the SLOs (closed form)",
 }
@@ -202,9 +202,6 @@ def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) ->
     """The batch limits of one instance layout, replicated over the budget, in closed form."""
     cands = [Candidate("agg", device, quantize, layout, b, spec.total_devices // layout.num_devices)
              for b in sorted(set(spec.batches), reverse=True)]  # the largest first: one compile serves all
-    if layout.pp > 1:
-        why = "pipeline parallelism: the serving layer prices no pipeline schedule yet"
-        return [Point(c, "not_modelled", why) for c in cands]
     dep = _deployment(spec, device, quantize, layout)
     try:
         dep.request(decode=True, batch=2, length=2).validate()

@@ -5,9 +5,9 @@ replicas are the deployment's data parallelism: each serves its share of the cli
 instance's batch limit. Layouts of an instance of ``s`` devices (``s`` a power of two dividing
 the budget, as the engines' TP/EP groups are):
 
-- dense models: ``tp = s``, and ``tp × pp = s`` with ``pp`` of 2 or more — enumerated so that the
-  report counts them, and refused as "not modelled" (the serving layer prices no pipeline
-  schedule yet: :class:`perfcast.serving.step.StepModel`);
+- dense models: ``tp = s``, and ``tp × pp = s`` with ``pp`` of 2 or more (aggregated: a step is
+  one cycle of the pipeline's batches in flight, :mod:`perfcast.serving.step_pipeline`; as a pool
+  of a disaggregated candidate refused as "not modelled" — the search does not pair pipelines);
 - mixture-of-experts models: ``tp × dp = s`` with attention data parallelism when ``dp > 1``
   (TensorRT-LLM ``enable_attention_dp``, SGLang ``--enable-dp-attention``, vLLM
   ``--data-parallel-size`` with expert parallelism), and every expert-parallel size ``ep``

@@ -34,7 +34,7 @@ def applies(loop: _Loop, y: _Instance) -> bool:
     e = y.eng
     cfg = e.cfg
     if loop.spec is not None or y.trace is not None or cfg.max_num_seqs is None \
-            or cfg.max_num_seqs > cfg.max_num_tokens:
+            or cfg.max_num_seqs > cfg.step_tokens:
         return False
     if cfg.policy == "trtllm":
         return True

@@ -48,7 +48,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     if not r or eng.chunked is not None:
         return None
     b = len(r)
-    if eng.cfg.policy != "sglang" and b > eng.cfg.max_num_tokens:
+    if eng.cfg.policy != "sglang" and b > eng.cfg.step_tokens:
         return None
     idx = list(r)                          # (the running list shrinks as requests leave)
     at = _getter(idx)

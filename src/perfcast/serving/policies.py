@@ -179,13 +179,13 @@ Planned = list[tuple[int, int, bool]]  # (request, tokens, is a decode)
 
 
 def schedule_vllm(e: Engine) -> Planned:
-    budget, out, run = e.cfg.max_num_tokens, [], e.running
+    budget, out, run = e.cfg.step_tokens, [], e.running
     preempted = False
     idx = 0
     while idx < len(run) and budget > 0:
         i = run[idx]
         dec = e.decoding(i)
-        n = e.decode_tokens(i) if dec else min(e.need(i), budget)
+        n = e.decode_tokens(i) if dec else min(e.need(i), budget, e.cfg.max_num_tokens)
         if n > budget:
             break
         while not e.grow(i, e.comp[i] + n):
@@ -216,7 +216,7 @@ def _admit_budgeted(e: Engine, out: Planned, budget: int) -> None:
         if need > budget and (dec or not e.cfg.chunked_prefill):
             e.undo_prefix(i)
             break
-        n = min(need, budget)
+        n = min(need, budget, e.cfg.max_num_tokens)
         if not e.admit(i, e.comp[i] + n):
             break
         out.append((i, n, dec))
@@ -264,12 +264,13 @@ def _sglang_admit_prefilled(e: Engine) -> None:
 
 def _sglang_prefill(e: Engine) -> Planned:
     cfg, run, out = e.cfg, e.running, []
-    chunk = cfg.max_num_tokens if cfg.chunked_prefill else INF
+    chunk = cfg.step_tokens if cfg.chunked_prefill else INF
+    per = cfg.max_num_tokens if cfg.chunked_prefill else INF   # one request's chunk: one batch's budget
     inputs = cfg.max_prefill_tokens or INF
     rem_total = _sglang_room(e)
     c = e.chunked
     if c is not None:
-        n = int(min(e.need(c), chunk))
+        n = int(min(e.need(c), chunk, per))
         if not e.grow(c, e.comp[c] + n):
             return out
         out.append((c, n, False))
@@ -288,7 +289,7 @@ def _sglang_prefill(e: Engine) -> Planned:
         if total > rem_total:
             e.undo_prefix(i)
             break
-        n = int(min(need, chunk))
+        n = int(min(need, chunk, per))
         if not e.admit(i, e.comp[i] + n):
             break
         out.append((i, n, False))
@@ -340,7 +341,7 @@ def admit_trtllm(e: Engine) -> None:
 def schedule_trtllm(e: Engine) -> Planned:
     admit_trtllm(e)
     run, cfg = e.running, e.cfg
-    budget, out = cfg.max_num_tokens, []
+    budget, out = cfg.step_tokens, []
     for i in run:
         if e.decoding(i):
             n = e.decode_tokens(i)
@@ -353,7 +354,7 @@ def schedule_trtllm(e: Engine) -> Planned:
             continue
         need = e.need(i)
         if cfg.chunked_prefill:
-            n = min(need, budget)
+            n = min(need, budget, cfg.max_num_tokens)
             if n < need:
                 n -= n % e.bs      # context chunks are whole KV blocks but the last
         elif need > budget:

@@ -49,6 +49,16 @@ class SchedulerConfig:
     #: the loop runs one step ahead of the device (SGLang's overlap schedule, TensorRT-LLM's overlap
     #: scheduler, vLLM's async scheduling): see :attr:`take_in_lag`
     overlap: bool = False
+    #: batches in flight at once (pipeline parallelism: one per stage, each with its own budget of
+    #: ``max_num_tokens``); the serving layer's step is one cycle of them
+    #: (:mod:`perfcast.serving.step_pipeline`), its budget :attr:`step_tokens`
+    micro_batches: int = 1
+
+    @property
+    def step_tokens(self) -> int:
+        """The token budget of one step of the serving layer: ``max_num_tokens`` per batch in
+        flight (a request's own chunk stays within ``max_num_tokens``)."""
+        return self.max_num_tokens * self.micro_batches
 
     def __post_init__(self):
         if self.policy not in ("vllm", "sglang", "trtllm"):
@@ -96,11 +106,12 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
                      mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
                      memory_fraction: float | None = None, recv_interval: int | None = None,
-                     overlap: bool | None = None) -> SchedulerConfig:
+                     overlap: bool | None = None, micro_batches: int = 1) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
     (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting, the engine's memory
-    fraction and overlap scheduling on/off."""
+    fraction and overlap scheduling on/off; ``micro_batches``: the batches in flight (a
+    pipeline's stages)."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
     s = prof.scheduler
     if s is None:
@@ -116,7 +127,7 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
         batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0),
         recv_interval=s.recv_interval.value if s.recv_interval else 1,
-        overlap=s.overlap.value if s.overlap else False)
+        overlap=s.overlap.value if s.overlap else False, micro_batches=int(micro_batches))
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
                           memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap)

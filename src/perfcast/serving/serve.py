@@ -139,7 +139,7 @@ def serve(spec: ServeSpec) -> ServeReport:
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                              chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
                              memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
-                             overlap=spec.overlap)
+                             overlap=spec.overlap, micro_batches=dep.layout.pp)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")
@@ -199,7 +199,7 @@ def _max_tokens(sched: SchedulerConfig, w: Workload, k: int) -> int:
     seqs = sched.max_num_seqs or min(UNBOUNDED_BATCH, w.concurrency or UNBOUNDED_BATCH)
     if w.concurrency:
         seqs = min(seqs, w.concurrency)
-    return max(sched.max_num_tokens, seqs * (1 + k) + sched.max_num_tokens)
+    return max(sched.step_tokens, seqs * (1 + k) + sched.step_tokens)
 
 
 class DoesNotFit(UserError):
@@ -225,7 +225,7 @@ def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Dep
     """The closed form's view of one engine instance."""
     sp = spec.speculative
     return meanfield.EngineConfig(
-        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
+        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.step_tokens,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
         devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
         recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag)
@@ -246,6 +246,10 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
     engine = engine_config(spec, sched, kv, spec.deployment)
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
+    if sched.micro_batches > 1 and not sched.chunked_prefill and load.isl > sched.max_num_tokens:
+        # (the closed form's own check sees the cycle's budget; one prompt runs in one batch)
+        raise UserError(f"a {load.isl}-token prompt exceeds max_num_tokens {sched.max_num_tokens} without chunked "
+                        f"prefill")
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
     if w.input_len.kind != "fixed" or w.output_len.kind != "fixed":
         r = replace(r, notes=r.notes + (f"lengths drawn from distributions: the closed form takes their means "
@@ -311,4 +315,15 @@ def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | N
                    f"{mem.kv_bytes_per_token:,} B per token per device)")
     if ranks > 1:
         out.append(f"{ranks} data-parallel engine instances of {_rank_devices(dep)} device(s) each")
-    return out
+    return out + [n for n in (pipeline_note(sched),) if n]
+
+
+def pipeline_note(sched: SchedulerConfig, role: str = "") -> str | None:
+    """One line on how a pipeline-parallel instance's step is priced, or None without stages."""
+    if sched.micro_batches == 1:
+        return None
+    return (f"{role}pipeline: {sched.micro_batches} stages with {sched.micro_batches} batches in flight, each within "
+            f"max num tokens {sched.max_num_tokens}; a step here is one cycle of them (the busiest stage's work, or "
+            f"one batch's pass through every stage, whichever is longer: docs/design/serving.md, \"Pipeline "
+            f"parallelism\"), its budget {sched.step_tokens} tokens; the batches are taken as even shares of the "
+            f"cycle's requests")

@@ -50,7 +50,7 @@ def pools_of(spec) -> Pools:
         sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
                                  max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
                                  max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill,
-                                 memory_fraction=spec.memory_fraction)
+                                 memory_fraction=spec.memory_fraction, micro_batches=dep.layout.pp)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
@@ -73,7 +73,7 @@ def pools_of(spec) -> Pools:
 
 
 def serve_disagg(spec):
-    from perfcast.serving.serve import ServeReport, _rank_devices, launch_note, mean_load, unpriced_note
+    from perfcast.serving.serve import ServeReport, _rank_devices, launch_note, mean_load, pipeline_note, unpriced_note
 
     d = spec.disagg
     p = pools_of(spec)
@@ -122,7 +122,8 @@ def serve_disagg(spec):
              f"{ddep.layout.describe()}; KV transfer {one.seconds * 1e3:.3f} ms at the mean input over {one.source}",
              *(n for n in (launch_note(pstep, "prefill pool's ", decode=False),
                            launch_note(dstep, "decode pool's ", prefill=False),
-                           unpriced_note(pstep, "prefill pool's "), unpriced_note(dstep, "decode pool's ")) if n))
+                           unpriced_note(pstep, "prefill pool's "), unpriced_note(dstep, "decode pool's "),
+                           pipeline_note(psched, "prefill pool's "), pipeline_note(dsched, "decode pool's ")) if n))
     return ServeReport(spec, dsched, dkv, dmem, 1, dstep.source, results, trace, notes, info)
 
 

@@ -113,20 +113,21 @@ class StepModel:
     """Prices :class:`~perfcast.serving.types.Mix` steps of one deployment (one data-parallel
     rank's engine instance). ``max_tokens``: the largest step (tokens) tabulated up front."""
 
-    def __init__(self, deployment: Deployment, *, max_tokens: int = 16384):
+    def __init__(self, deployment: Deployment, *, max_tokens: int = 16384, stage: int | None = None):
         if deployment.performance_model not in STEP_MODELS:
             raise UserError(f"--performance-model {deployment.performance_model!r}: serving prices steps from "
                             f"closed forms; expected one of {', '.join(STEP_MODELS)}")
-        if deployment.layout.pp > 1:
-            raise UserError("--pp-size: serving with pipeline parallelism is not modelled yet (each stage's "
-                            "micro-batches would need their own schedule); use tp/ep/dp")
-        self.deployment = deployment
+        if (deployment.layout.pp > 1) != (stage is not None):
+            raise ValueError("a pipeline-parallel deployment's step model is one stage's "
+                             "(perfcast.serving.step_pipeline.PipelineStepModel composes them)")
+        self.deployment, self.stage = deployment, stage
         self.proto = deployment.request(decode=True, batch=2, length=2)
         self.proto.validate()
         self.profile = self.proto.profile()
         self.max_tokens = int(max_tokens)
         pm = self._pricing()
-        key = step_cache.key_of("step", deployment, self.proto, self.max_tokens)
+        key = step_cache.key_of("step" if stage is None else f"step.stage{stage}", deployment, self.proto,
+                                self.max_tokens)
         (self._decode, self._prefill, self._dense_decode, self._dense_prefill, self._head,
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
@@ -134,7 +135,8 @@ class StepModel:
         self._decode_rows: dict[tuple, list[float]] = {}
         self._prefill_rows: dict[tuple, list[float]] = {}
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
-                       f"({deployment.layout.describe()}), {deployment.performance_model} pricing")
+                       f"({deployment.layout.describe()}), {deployment.performance_model} pricing"
+                       + ("" if stage is None else f", pipeline stage {stage}"))
 
     # Compilation --------------------------------------------------------------------------
     def _pricing(self):
@@ -161,6 +163,9 @@ class StepModel:
         cap = par.parallelize(cap, layout, model.data)
         applied = engines.apply(self.profile, cap, decode=decode, device=proto.device.name,
                                 hidden_size=int(model.data["hidden_size"]))
+        if self.stage is not None:   # this stage's layers, as text-generate splits them (par.stages)
+            staged = par.stages(applied.capture, layout.pp, int(model.data["num_hidden_layers"]))[self.stage][0]
+            applied = replace(applied, capture=staged)
         quant = quantization.resolve(proto)
         groups: dict[tuple, list[int]] = defaultdict(list)
         for t in range(1, self.max_tokens + 1):
@@ -377,13 +382,17 @@ class StepModel:
         return out
 
 
-def compile_step(deployment: Deployment, *, max_tokens: int = 16384) -> StepModel:
-    """The step model of ``deployment`` (see :class:`StepModel`), memoised per process: one
-    compiled for at least ``max_tokens`` is reused (its dense table holds every smaller step's
-    exact price), so a search over batch limits compiles each deployment once."""
+def compile_step(deployment: Deployment, *, max_tokens: int = 16384):
+    """The step model of ``deployment`` (see :class:`StepModel`; with pipeline parallelism a
+    :class:`~perfcast.serving.step_pipeline.PipelineStepModel` of its stages), memoised per
+    process: one compiled for at least ``max_tokens`` is reused (its dense table holds every
+    smaller step's exact price), so a search over batch limits compiles each deployment once."""
     have = _COMPILED.get(deployment)
     if have is None or have.max_tokens < int(max_tokens):
-        _COMPILED[deployment] = StepModel(deployment, max_tokens=max_tokens)
+        from perfcast.serving.step_pipeline import PipelineStepModel
+
+        _COMPILED[deployment] = (PipelineStepModel if deployment.layout.pp > 1 else StepModel)(deployment,
+                                                                                              max_tokens=max_tokens)
     return _COMPILED[deployment]
 
 
