@@ -10,6 +10,7 @@ from serving_doc import section, table
 from perfcast.capture.parallel import Layout
 from perfcast.cli.main import main
 from perfcast.inference.textgen import simulate
+from perfcast.ir import UserError
 from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.step import Deployment, compile_step
 from perfcast.serving.step_pipeline import cycle_s, micro_batches
@@ -86,10 +87,13 @@ def test_the_vectorised_cycle_is_the_scalar_one(pp2):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_a_cycle_budgets_one_batch_per_stage():
+def test_a_cycle_budgets_one_batch_per_stage_in_the_pipeline_loop():
     sched = scheduler_config("trtllm", micro_batches=4)
     assert (sched.max_num_tokens, sched.micro_batches, sched.step_tokens) == (8192, 4, 4 * 8192)
+    assert not sched.overlap and scheduler_config("trtllm").overlap    # _executor_loop_pp, not the overlap loop
     assert scheduler_config("trtllm").step_tokens == 8192
+    with pytest.raises(UserError, match="--overlap-scheduling"):
+        scheduler_config("sglang", micro_batches=2, overlap=True)
 
 
 def test_serve_runs_a_pipeline_and_says_how(capsys):

@@ -51,7 +51,9 @@ class SchedulerConfig:
     overlap: bool = False
     #: batches in flight at once (pipeline parallelism: one per stage, each with its own budget of
     #: ``max_num_tokens``); the serving layer's step is one cycle of them
-    #: (:mod:`perfcast.serving.step_pipeline`), its budget :attr:`step_tokens`
+    #: (:mod:`perfcast.serving.step_pipeline`), its budget :attr:`step_tokens`; such a loop is not
+    #: the engine's overlap loop (``overlap`` off: TensorRT-LLM's PyExecutor runs ``_executor_loop_pp``
+    #: when ``pp_size > 1``, SGLang's ``event_loop_pp`` is "a non-overlap scheduler loop")
     micro_batches: int = 1
 
     @property
@@ -127,7 +129,11 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
         batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0),
         recv_interval=s.recv_interval.value if s.recv_interval else 1,
-        overlap=s.overlap.value if s.overlap else False, micro_batches=int(micro_batches))
+        overlap=s.overlap.value if s.overlap and micro_batches == 1 else False, micro_batches=int(micro_batches))
+    if micro_batches > 1 and overlap:
+        raise UserError("--overlap-scheduling: a pipeline-parallel instance runs the engine's pipeline loop, not its "
+                        "overlap loop (TensorRT-LLM _executor_loop_pp, SGLang's non-overlap event_loop_pp, vLLM's "
+                        "batch queue of one batch per stage); drop --pp-size or the flag")
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
                           memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap)
