@@ -296,6 +296,9 @@ def test_each_engine_gets_its_own_documented_flags():
     assert argv[argv.index("--data-parallel-size") + 1] == "8"
     assert _inexpressible("vllm", Layout(tp=8, ep=4)) and _inexpressible("vllm", moe) is None
     assert _inexpressible("trtllm", Layout(tp=2, dp=4, ep=8, attention_dp=True))
+    for engine, flag in (("vllm", "--pipeline-parallel-size"), ("sglang", "--pp-size"), ("trtllm", "--pp_size")):
+        argv, _ = _command(engine, "org/m", Layout(tp=2, pp=2), 32, s, spec, 0.9, None)
+        assert argv[argv.index(flag) + 1] == "2" and _inexpressible(engine, Layout(tp=2, pp=2)) is None
 
 
 def SearchSpec_for_launch():

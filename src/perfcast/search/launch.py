@@ -14,10 +14,12 @@ Only flags the engines document, each with its source:
   (https://docs.vllm.ai/en/latest/features/nixl_connector_usage.html). vLLM's expert parallelism
   spans every rank of the instance (EP = TP × DP) or is off.
 - SGLang (``python -m sglang.launch_server``,
-  https://docs.sglang.io/advanced_features/server_arguments.html): ``--tp-size``, ``--dp-size``,
+  https://docs.sglang.io/advanced_features/server_arguments.html): ``--tp-size``, ``--pp-size``, ``--dp-size``,
   ``--enable-dp-attention``, ``--ep-size``, ``--max-running-requests``, ``--chunked-prefill-size``,
   ``--mem-fraction-static``, ``--kv-cache-dtype``, ``--quantization``, ``--context-length``,
-  ``--disaggregation-mode prefill|decode``.
+  ``--disaggregation-mode prefill|decode``; pipeline stages with ``--pp-size`` (python/sglang/srt/
+  server_args.py ``--pipeline-parallel-size/--pp-size``; SGLang's pipeline-parallelism guide,
+  https://mintlify.com/sgl-project/sglang/distributed/pipeline-parallelism).
 - TensorRT-LLM (``trtllm-serve``, https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html):
   ``--backend pytorch``, ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``,
   ``--max_num_tokens``, ``--max_seq_len``, ``--kv_cache_free_gpu_memory_fraction``,
@@ -133,8 +135,6 @@ def _inexpressible(engine: str, lay: Layout) -> str | None:
         return f"vLLM's expert parallelism spans every rank of the instance (ep {lay.moe_group}) or is off; ep {lay.ep}"
     if engine == "trtllm" and lay.attention_dp and lay.tp > 1:
         return "TensorRT-LLM's attention data parallelism runs attention on one rank per batch (tp 1 per rank)"
-    if engine == "sglang" and lay.pp > 1:
-        return "the layout's pipeline stages (SGLang serves pipeline parallelism in few configurations)"
     return None
 
 
@@ -167,6 +167,8 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
         return argv, None
     if engine == "sglang":
         argv = ["python", "-m", "sglang.launch_server", "--model-path", repo, "--tp-size", str(lay.tp * lay.dp)]
+        if lay.pp > 1:
+            argv += ["--pp-size", str(lay.pp)]
         if lay.dp > 1:
             argv += ["--dp-size", str(lay.dp)] + (["--enable-dp-attention"] if lay.attention_dp else [])
         if lay.ep > 1:
