@@ -56,6 +56,22 @@ def test_micro_batches_share_the_step_out_whole(seed):
         assert {m.draft for m in parts} == {mix.draft}
 
 
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_no_micro_batch_holds_more_than_two_batches_of_prompt(p):
+    """Within a cycle budget of p batches of B tokens, chunks of at most B each, dealt largest
+    first: each micro-batch's prompt tokens stay within 2 B (what the stages are compiled for)."""
+    rng = np.random.default_rng(p)
+    budget = 64
+    for _ in range(2000):
+        left, chunks = p * budget, []
+        while left > 0 and rng.random() < 0.9:
+            t = int(rng.integers(1, min(budget, left) + 1))
+            chunks.append(Chunk(t))
+            left -= t
+        for m in micro_batches(Mix(int(rng.integers(0, 3 * p)), 0, tuple(chunks)), p):
+            assert m.prefill_tokens <= 2 * budget
+
+
 def test_a_lone_request_passes_every_stage_as_text_generate_prices_it(pp2):
     """One sequence is one micro-batch: its cycle is its pass through both stages, text-generate's
     pipelined step of one micro-batch (Σ of the stage times)."""

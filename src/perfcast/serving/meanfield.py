@@ -64,6 +64,12 @@ class EngineConfig:
     acceptance: tuple[float, ...] = ()
     recv_interval: int = 1
     take_in_lag: int = 1
+    micro_batches: int = 1   # batches in flight (a pipeline's stages): a step's budget is this many batches'
+
+    @property
+    def step_tokens(self) -> int:
+        """A step's token budget: ``max_num_tokens`` per batch in flight (a prompt's chunk within one)."""
+        return self.max_num_tokens * self.micro_batches
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -205,7 +211,7 @@ class _Model:
         if not self.engine.chunked_prefill:
             self.refuse_unchunkable()
             return self.chunks(need)
-        return self.chunks(max(1, self.engine.max_num_tokens - n * (1 + self.engine.spec_k)))
+        return self.chunks(min(self.engine.max_num_tokens, max(1, self.engine.step_tokens - n * (1 + self.engine.spec_k))))
 
     def prompt_steps(self, n: int) -> int:
         return len(self.prompt_chunks(n))
@@ -226,7 +232,7 @@ class _Model:
 
     @property
     def prefill_batch_max(self) -> int:
-        return max(1, self.engine.max_num_tokens // self.load.prefill_tokens)
+        return max(1, self.engine.step_tokens // self.load.prefill_tokens)
 
 
 def _lerp(fn, x: float) -> float:
@@ -264,7 +270,7 @@ def _r_budget(m: _Model) -> float:
     if m.engine.policy == "sglang":
         return math.inf
     per_r = (m.load.osl - 1) / m.e * (1 + m.engine.spec_k) + m.load.prefill_tokens
-    return m.engine.max_num_tokens / per_r
+    return m.engine.step_tokens / per_r
 
 
 def _engine_state(m: _Model, cap: float) -> _State:

@@ -280,7 +280,8 @@ def _priced(models: list[_Model], step: StepCostArray, engine: EngineConfig, dra
         base, = _at_once(step, k, (n, ctx, 0, 0, 0))
         prefill = [np.where(need[bfam] > budget, split[bfam], whole)]
     else:
-        left = np.maximum(1, budget - n * (1 + k)) if engine.chunked_prefill else need[fam]
+        left = np.minimum(budget, np.maximum(1, engine.step_tokens - n * (1 + k))) if engine.chunked_prefill \
+            else need[fam]
         row, t, past = _chunked(np.arange(len(n)), need[fam], hit[fam], left)
         base, chunk = _at_once(step, k, (n, ctx, 0, 0, 0), (n[row], ctx[row], t, past, 1))
         prefill = [np.bincount(row, chunk - base[row], minlength=len(n)),

@@ -194,12 +194,14 @@ def _rank_devices(dep: Deployment) -> int:
 
 
 def _max_tokens(sched: SchedulerConfig, w: Workload, k: int) -> int:
-    """The largest step the scheduler can build: its token budget, or a decode batch of its
-    sequence limit (each verifying ``1 + k`` tokens)."""
+    """The largest step the scheduler can build (a pipeline's: the largest micro-batch of one): its
+    token budget, or a decode batch of its sequence limit (each verifying ``1 + k`` tokens)."""
     seqs = sched.max_num_seqs or min(UNBOUNDED_BATCH, w.concurrency or UNBOUNDED_BATCH)
     if w.concurrency:
         seqs = min(seqs, w.concurrency)
-    return max(sched.step_tokens, seqs * (1 + k) + sched.step_tokens)
+    # a pipeline prices micro-batches: at most two batches' prompt tokens each (step_pipeline.micro_batches)
+    budget = sched.max_num_tokens * min(sched.micro_batches, 2)
+    return max(budget, seqs * (1 + k) + budget)
 
 
 class DoesNotFit(UserError):
@@ -225,7 +227,8 @@ def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Dep
     """The closed form's view of one engine instance."""
     sp = spec.speculative
     return meanfield.EngineConfig(
-        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.step_tokens,
+        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
+        micro_batches=sched.micro_batches,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
         devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
         recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag)
@@ -246,10 +249,6 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
     engine = engine_config(spec, sched, kv, spec.deployment)
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
-    if sched.micro_batches > 1 and not sched.chunked_prefill and load.isl > sched.max_num_tokens:
-        # (the closed form's own check sees the cycle's budget; one prompt runs in one batch)
-        raise UserError(f"a {load.isl}-token prompt exceeds max_num_tokens {sched.max_num_tokens} without chunked "
-                        f"prefill")
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
     if w.input_len.kind != "fixed" or w.output_len.kind != "fixed":
         r = replace(r, notes=r.notes + (f"lengths drawn from distributions: the closed form takes their means "

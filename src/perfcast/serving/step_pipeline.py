@@ -45,12 +45,16 @@ from perfcast.serving.types import Mix, StepCost
 
 
 def micro_batches(mix: Mix, p: int) -> list[Mix]:
-    """``mix`` split into ``p`` micro-batches: decode ``i`` of ``p`` gets ``⌈(d − i) / p⌉``
-    decodes and their share of the context (cumulative, so the shares sum to it), prefill chunk
-    ``j`` goes to micro-batch ``(d mod p + j) mod p`` — the ones with fewer decodes first."""
+    """``mix`` split into ``p`` micro-batches: micro-batch ``i`` gets ``⌈(d − i) / p⌉`` of the
+    ``d`` decodes and their share of the context (cumulative, so the shares sum to it); the
+    prefill chunks, largest first, are dealt in turn from micro-batch ``d mod p`` on (the ones
+    with fewer decodes first). Dealt so, no micro-batch holds more chunk tokens than the largest
+    chunk plus an even share of them all (each later chunk is at most one of the round before it),
+    so within a cycle budget of ``p`` batches of ``B`` tokens, chunks of at most ``B`` each, a
+    micro-batch holds at most ``2 B`` prompt tokens beside its decodes."""
     d, ctx, extra = mix.decodes, mix.decode_context, mix.decodes % p
     chunks: list[list] = [[] for _ in range(p)]
-    for j, c in enumerate(mix.chunks):
+    for j, c in enumerate(sorted(mix.chunks, key=lambda c: -c.tokens)):
         chunks[(extra + j) % p].append(c)
     out, before, taken = [], 0, 0
     for i in range(p):
