@@ -207,7 +207,30 @@ def test_a_batch_the_kv_cache_cannot_hold_is_rejected_as_not_fitting():
     assert doc["pareto"][0]["deployment"]["max_batch_size"] == 4
 
 
+def test_several_token_budgets_are_each_searched_and_priced_with_their_own(tmp_path):
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "1",
+                              "--batch-sizes", "16", "--isl", "4096", "--osl", "64", "--max-num-tokens", "8192,2048",
+                              "--ttft", "2", "--tpot", "0.05", "--json", "--save-dir", str(out), timeout_s=SLOW_S)
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    _valid("optimize", doc)
+    assert doc["candidates_evaluated"] == 2
+    saved = json.loads((out / "candidates.json").read_text())
+    _valid("optimize-points", saved)
+    by_budget = {c["deployment"]["max_num_tokens"]: c for c in saved["candidates"]}
+    assert set(by_budget) == {2048, 8192}
+    for budget, c in by_budget.items():
+        assert c["scheduler"]["max_num_tokens"] == budget and f"max num tokens {budget}" in c["deployment"]["description"]
+    # TensorRT-LLM takes a 4,096-token prompt within 2,048 only in chunks: the search turns chunking on for it
+    assert by_budget[2048]["scheduler"]["chunked_prefill"] and not by_budget[8192]["scheduler"]["chunked_prefill"]
+    tpot = {b: c["closed_form"]["tpot_s"] for b, c in by_budget.items()}
+    assert tpot[2048] < tpot[8192]   # smaller chunks beside the decodes: shorter gaps between tokens
+
+
 @pytest.mark.parametrize("argv, words", [
+    (["--max-num-tokens", "0,8192"], "--max-num-tokens"),
+    (["--max-num-tokens", "x"], "--max-num-tokens"),
     (["--devices", "h999"], "h999"),
     (["--instance-sizes", "3"], "--instance-sizes 3 does not divide --total-devices 8"),
     (["--batch-sizes", "0"], "--batch-sizes"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, refuse, report_files,
-                               report_paths, sequences, written)
+                               report_paths, sequences, tokens, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--instance-sizes", metavar="S1,S2,…",
                    help="devices per engine instance to search (default: every power of two dividing "
                         "--total-devices)")
-    p.add_argument("--max-num-tokens", type=count(), help="token budget of a step (default: the engine's)")
+    p.add_argument("--max-num-tokens", metavar="T1,T2,…",
+                   help="token budget of a step (default: the engine's); several, comma-separated, are each "
+                        "searched with every layout and batch limit")
     p.add_argument("--performance-model", default="analytic", choices=("analytic", "roofline"),
                    help="how each step is priced (default analytic)")
     p.add_argument("--confirm", type=count(0, 256), default=4,
@@ -73,6 +75,14 @@ def search_flags(p, default_devices: str) -> None:
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
     p.add_argument("--batch-sizes", metavar="B1,B2,…",
                    help="batch limits per instance rank to search (default 1,2,4,…,512)")
+
+
+def _budgets(text: str | None) -> dict:
+    """``--max-num-tokens``: one budget for every candidate, or several searched."""
+    values = _ints(text, "--max-num-tokens", tokens())
+    if values is None or len(values) == 1:
+        return {"max_num_tokens": values[0] if values else None}
+    return {"token_budgets": values}
 
 
 def quantizations(args) -> tuple[str | None, ...]:
@@ -159,7 +169,7 @@ def run(args) -> int:
                       modes=("agg", "disagg") if args.serving_mode == "both" else (args.serving_mode,),
                       quantize=quantizations(args),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,
-                      max_num_tokens=args.max_num_tokens, dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
+                      **_budgets(args.max_num_tokens), dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
                       simulate_all=args.simulate_all)
     from perfcast.cli.progress import progress

@@ -27,6 +27,8 @@ def deployment_json(p: Point) -> dict:
     out = {"mode": c.mode, "device": c.device, "quantize": c.quantize, "devices": c.devices,
            "layout": _layout(c.layout), "max_batch_size": c.batch, "concurrency": c.concurrency,
            "description": c.describe()}
+    if c.max_num_tokens is not None:
+        out["max_num_tokens"] = c.max_num_tokens   # searched (else the engine's, in the point's scheduler)
     if c.mode == "agg":
         out["replicas"] = c.replicas
     else:

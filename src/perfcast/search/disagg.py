@@ -7,6 +7,7 @@ topology (docs/design/search.md)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import product
 
 from perfcast.capture.parallel import Layout
 from perfcast.ir import UserError
@@ -27,8 +28,8 @@ def disagg_spec(spec: SearchSpec, dec: Deployment, pre: Deployment, c: Candidate
     rounds = max(1, spec.requests_per_client // 2)
     n = max(200, rounds * c.batch * dec.layout.dp * max(1, c.decode_instances))
     work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=n, rate=rate, seed=spec.seed)
-    return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
-                     chunked_prefill=_chunked(spec, pre), slo=spec.slo, tier=tier,
+    return ServeSpec(dec, work, max_batch_size=c.batch, max_num_tokens=spec.budget(c),
+                     chunked_prefill=_chunked(spec, pre, spec.budget(c)), slo=spec.slo, tier=tier,
                      disagg=Disagg(pre, max(1, c.prefill_instances), max(1, c.decode_instances)))
 
 
@@ -67,41 +68,41 @@ def screen(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layou
     for lay, why in bad.items():
         if why and not (why == "not_modelled" and "agg" in spec.modes):  # counted once, not per pairing
             out += [Point(Candidate("disagg", device, quantize, lay, b, prefill_layout=lay, prefill_instances=1,
-                                    decode_instances=1), why, f"{lay.describe()} as a pool — {REASONS[why]}")
-                    for b in sorted(set(spec.batches), reverse=True)]
+                                    decode_instances=1, max_num_tokens=t), why,
+                          f"{lay.describe()} as a pool — {REASONS[why]}")
+                    for b in sorted(set(spec.batches), reverse=True) for t in spec.budgets]
     good = [lay for lay in lays if not bad[lay]]
     for dl in good:
-        for b in sorted(set(spec.batches), reverse=True):
-            for pl in good:
-                nominal = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=1,
-                                    decode_instances=1)
-                splits = _splits(spec.total_devices, pl.num_devices, dl.num_devices)
-                if not splits:
-                    continue   # the pair does not fill the budget: not a candidate
-                dec, pre = _deployment(spec, device, quantize, dl), _deployment(spec, device, quantize, pl)
-                probe = disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form")
-                pools, refused = priced(nominal, lambda: pools_of(probe))
-                kv = pools.decode[4] if pools else None
-                refused = refused or short_of_kv(spec, nominal, kv.capacity_tokens, "the decode KV cache")
-                if refused:
-                    out.append(refused)
+        for b, t, pl in product(sorted(set(spec.batches), reverse=True), spec.budgets, good):
+            nominal = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=1,
+                                decode_instances=1, max_num_tokens=t)
+            splits = _splits(spec.total_devices, pl.num_devices, dl.num_devices)
+            if not splits:
+                continue   # the pair does not fill the budget: not a candidate
+            dec, pre = _deployment(spec, device, quantize, dl), _deployment(spec, device, quantize, pl)
+            probe = disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form")
+            pools, refused = priced(nominal, lambda: pools_of(probe))
+            kv = pools.decode[4] if pools else None
+            refused = refused or short_of_kv(spec, nominal, kv.capacity_tokens, "the decode KV cache")
+            if refused:
+                out.append(refused)
+                continue
+            load = mean_load(probe.workload)
+            for x, y in splits:
+                c = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=x,
+                              decode_instances=y, max_num_tokens=t)
+                pre_pool = mfd.Pool(pools.pre_pool.step, pools.pre_pool.engine, x * pl.dp)
+                dec_pool = mfd.Pool(pools.dec_pool.step, pools.dec_pool.engine, y * dl.dp)
+                kv_s = pools.transfer(spec.isl, x, y).seconds
+                rate = mfd.best_rate(pre_pool, dec_pool, load, kv_s, spec.slo, None)
+                if rate <= 0.0:
+                    out.append(Point(c, "slo", "no request rate meets the SLOs (closed form)",
+                                     kv_capacity_tokens=kv.capacity_tokens))
                     continue
-                load = mean_load(probe.workload)
-                for x, y in splits:
-                    c = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=x,
-                                  decode_instances=y)
-                    pre_pool = mfd.Pool(pools.pre_pool.step, pools.pre_pool.engine, x * pl.dp)
-                    dec_pool = mfd.Pool(pools.dec_pool.step, pools.dec_pool.engine, y * dl.dp)
-                    kv_s = pools.transfer(spec.isl, x, y).seconds
-                    rate = mfd.best_rate(pre_pool, dec_pool, load, kv_s, spec.slo, None)
-                    if rate <= 0.0:
-                        out.append(Point(c, "slo", "no request rate meets the SLOs (closed form)",
-                                         kv_capacity_tokens=kv.capacity_tokens))
-                        continue
-                    r = mfd.disaggregated(pre_pool, dec_pool, replace(load, rate_per_s=rate * (1 - 1e-6)), kv_s)
-                    p = Point(c, "ok", closed_form=r, kv_capacity_tokens=kv.capacity_tokens,
-                              step_source=pools.decode[2].source, scheduler=_settings(pools.decode[1]))
-                    if not meets(spec.slo, p.figures()):
-                        p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
-                    out.append(p)
+                r = mfd.disaggregated(pre_pool, dec_pool, replace(load, rate_per_s=rate * (1 - 1e-6)), kv_s)
+                p = Point(c, "ok", closed_form=r, kv_capacity_tokens=kv.capacity_tokens,
+                          step_source=pools.decode[2].source, scheduler=_settings(pools.decode[1]))
+                if not meets(spec.slo, p.figures()):
+                    p.status, p.reason = "slo", _slo_miss(spec.slo, p.figures())
+                out.append(p)
     return out

@@ -67,6 +67,7 @@ class SearchSpec:
     batches: tuple[int, ...] = BATCHES
     sizes: tuple[int, ...] | None = None
     max_num_tokens: int | None = None
+    token_budgets: tuple[int, ...] = ()  # step token budgets searched (each a candidate); () : max_num_tokens alone
     dtype: str = "bf16"
     kv_dtype: str | None = None
     performance_model: str = "analytic"
@@ -88,6 +89,18 @@ class SearchSpec:
                             f"between them)")
         if not self.batches or min(self.batches) < 1:
             raise UserError("--batch-sizes: give positive batch limits")
+        if self.token_budgets and (self.max_num_tokens is not None or min(self.token_budgets) < 1):
+            raise UserError("--max-num-tokens: give one budget, or several to search, each positive")
+
+    @property
+    def budgets(self) -> tuple[int | None, ...]:
+        """The token budgets each layout and batch limit is tried with, the largest first (one
+        step model compiled for the largest serves the rest); (None,): the single budget."""
+        return tuple(sorted(set(self.token_budgets), reverse=True)) or (None,)
+
+    def budget(self, c) -> int | None:
+        """Candidate ``c``'s step token budget (None: the engine's)."""
+        return c.max_num_tokens if c.max_num_tokens is not None else self.max_num_tokens
         if self.engine_options:
             object.__setattr__(self, "engine_options", _checked_options(self))
 
@@ -179,13 +192,12 @@ def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Lay
                       performance_model=spec.performance_model, what_if=what_if, engine_options=spec.engine_options)
 
 
-def _chunked(spec: SearchSpec, dep: Deployment) -> bool | None:
+def _chunked(spec: SearchSpec, dep: Deployment, budget: int | None) -> bool | None:
     """Chunked prefill where the engine's default cannot take the prompt whole: an engine that
     does not chunk by default (TensorRT-LLM: ``enable_chunked_prefill`` off) refuses a prompt
     longer than its token budget, so the search turns chunking on for it, as a user would (and as
     the deployment's ``scheduler`` settings say); None keeps the engine's default."""
-    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
-                             max_num_tokens=spec.max_num_tokens)
+    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(), max_num_tokens=budget)
     return True if not sched.chunked_prefill and spec.isl > sched.max_num_tokens else None
 
 
@@ -194,14 +206,15 @@ def _serve_spec(spec: SearchSpec, dep: Deployment, c: Candidate, tier: str) -> S
     work = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl),
                     num_requests=clients * (spec.requests_per_client if tier == "simulation" else 1),
                     concurrency=clients, seed=spec.seed)
-    return ServeSpec(dep, work, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
-                     chunked_prefill=_chunked(spec, dep), slo=spec.slo, tier=tier)
+    return ServeSpec(dep, work, max_batch_size=c.batch, max_num_tokens=spec.budget(c),
+                     chunked_prefill=_chunked(spec, dep, spec.budget(c)), slo=spec.slo, tier=tier)
 
 
 def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> list[Point]:
     """The batch limits of one instance layout, replicated over the budget, in closed form."""
-    cands = [Candidate("agg", device, quantize, layout, b, spec.total_devices // layout.num_devices)
-             for b in sorted(set(spec.batches), reverse=True)]  # the largest first: one compile serves all
+    cands = [Candidate("agg", device, quantize, layout, b, spec.total_devices // layout.num_devices, max_num_tokens=t)
+             for b in sorted(set(spec.batches), reverse=True)   # the largest first: one compile serves all
+             for t in spec.budgets]
     dep = _deployment(spec, device, quantize, layout)
     try:
         dep.request(decode=True, batch=2, length=2).validate()

@@ -125,7 +125,7 @@ def _rate_capacity(spec: SearchSpec, p: Point) -> float:
 
     def at(rate: float) -> ServingResult:
         w = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=1000, rate=rate)
-        return serve(ServeSpec(dep, w, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
+        return serve(ServeSpec(dep, w, max_batch_size=c.batch, max_num_tokens=spec.budget(c),
                                chunked_prefill=p.scheduler["chunked_prefill"] if p.scheduler else None,
                                tier="closed-form")).results["closed form"]
 
@@ -238,7 +238,7 @@ def _simulate(spec: SearchSpec, target: Target, o: Option) -> ServingResult:
         w = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=4 * conc,
                      concurrency=conc, seed=spec.seed)
     sched = o.point.scheduler or {}
-    r = serve(ServeSpec(dep, w, max_batch_size=c.batch, max_num_tokens=spec.max_num_tokens,
+    r = serve(ServeSpec(dep, w, max_batch_size=c.batch, max_num_tokens=spec.budget(c),
                         chunked_prefill=sched.get("chunked_prefill"), tier="simulation")).results["simulation"]
     return r
 

@@ -40,7 +40,8 @@ def powers_of_two(limit: int) -> list[int]:
 class Candidate:
     """One point of the space: ``mode`` agg (``replicas`` instances of ``layout``) or disagg
     (``prefill_instances`` of ``prefill_layout`` handing over to ``decode_instances`` of
-    ``layout``); ``batch``: the decode instances' batch limit per rank."""
+    ``layout``); ``batch``: the decode instances' batch limit per rank; ``max_num_tokens``: the
+    step's token budget searched (None: the search's single budget, else the engine's)."""
 
     mode: str
     device: str
@@ -51,6 +52,7 @@ class Candidate:
     prefill_layout: Layout | None = None
     prefill_instances: int = 0
     decode_instances: int = 0
+    max_num_tokens: int | None = None
 
     @property
     def devices(self) -> int:
@@ -66,7 +68,7 @@ class Candidate:
 
     def short(self) -> str:
         """A table cell: ``agg 4×tp2 b64``, ``disagg 4×tp1 → 2×tp2 b128``."""
-        q = f" {self.quantize}" if self.quantize else ""
+        q = (f" t{self.max_num_tokens}" if self.max_num_tokens else "") + (f" {self.quantize}" if self.quantize else "")
         if self.mode == "disagg":
             return (f"disagg {self.prefill_instances}×{compact(self.prefill_layout)} → "
                     f"{self.decode_instances}×{compact(self.layout)} b{self.batch}{q}")
@@ -74,10 +76,11 @@ class Candidate:
 
     def describe(self) -> str:
         q = f" {self.quantize}" if self.quantize else ""
+        t = f", max num tokens {self.max_num_tokens}" if self.max_num_tokens else ""
         if self.mode == "disagg":
             return (f"{self.device}{q} disagg {self.prefill_instances} × ({self.prefill_layout.describe()}) prefill → "
-                    f"{self.decode_instances} × ({self.layout.describe()}) decode, batch {self.batch}")
-        return f"{self.device}{q} {self.replicas} × ({self.layout.describe()}) batch {self.batch}"
+                    f"{self.decode_instances} × ({self.layout.describe()}) decode, batch {self.batch}{t}")
+        return f"{self.device}{q} {self.replicas} × ({self.layout.describe()}) batch {self.batch}{t}"
 
 
 #: ``h100-sxm@hbm_bandwidth=1.5,matrix_rate=2``: a device under hardware what-if multipliers
