@@ -133,3 +133,13 @@ def test_a_disaggregated_pool_may_be_a_pipeline(capsys):
     doc = json.loads(out)
     assert doc["tiers"]["simulation"]["tpot_s"]["mean"] > 0
     assert {n.split(":")[0] for n in doc["notes"]} >= {"prefill pool's pipeline", "decode pool's pipeline"}
+
+
+def test_both_tiers_agree_on_a_pipeline_in_a_desynchronised_closed_loop():
+    from perfcast.serving.serve import ServeSpec, serve
+    from perfcast.serving.workload import Lengths, Workload
+
+    dep = Deployment("llama-3.1-8b", "h100-sxm", "sglang", layout=Layout(pp=2))
+    work = Workload(Lengths("uniform", 1600, 2048), Lengths("uniform", 48, 64), num_requests=80, concurrency=8)
+    a = serve(ServeSpec(dep, work)).agreement()
+    assert a["tpot_s"] == pytest.approx(1, abs=0.15) and a["output_tokens_per_s"] == pytest.approx(1, abs=0.15)

@@ -133,7 +133,8 @@ class _Model:
         if not self.engine.chunked_prefill:
             self.refuse_unchunkable()
             return self.chunks(need)
-        return self.chunks(min(self.engine.max_num_tokens, max(1, self.engine.step_tokens - n * (1 + self.engine.spec_k))))
+        left = self.engine.step_tokens - n * (1 + self.engine.spec_k)   # a prompt's chunk: within one batch
+        return self.chunks(min(self.engine.max_num_tokens, max(1, left)))
 
     def prompt_steps(self, n: int) -> int:
         return len(self.prompt_chunks(n))

@@ -266,7 +266,7 @@ def _sglang_prefill(e: Engine) -> Planned:
     cfg, run, out = e.cfg, e.running, []
     chunk = cfg.step_tokens if cfg.chunked_prefill else INF
     per = cfg.max_num_tokens if cfg.chunked_prefill else INF   # one request's chunk: one batch's budget
-    inputs = cfg.max_prefill_tokens or INF
+    inputs = cfg.max_prefill_tokens * cfg.micro_batches if cfg.max_prefill_tokens else INF   # per batch in flight
     rem_total = _sglang_room(e)
     c = e.chunked
     if c is not None:
