@@ -292,3 +292,36 @@ def test_the_vllm_launch_command_sets_the_mxfp4_mxfp8_environment():
 
     assert argv((("moe_mxfp4_activations", "mxfp8"),))[:3] == ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1", "vllm", "serve"]
     assert argv(())[:2] == ["vllm", "serve"]
+
+
+@pytest.mark.parametrize("flag, mode, says", [
+    ("16", "cuda_graph", "graphs captured up to 16 tokens"),
+    ("4", "eager", "8 tokens > the largest captured graph, 4"),
+    ("0", "eager", "decode: eager launches;"),
+])
+def test_the_cuda_graph_capture_size_is_the_deployments_launch_setting(flag, mode, says):
+    rc, out, err = run_cli("text-generate", "llama-3.1-8b", "--decode", "--num-queries", "8", "--context-length", "100",
+                           "--engine", "trtllm", "--cuda-graph-max-batch-size", flag, "--json")
+    assert rc == 0, err
+    launch = json.loads(out)["engine"]["launch"]
+    assert launch["mode"] == mode and says in launch["description"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("--engine", "eager", "--cuda-graph-max-batch-size", "4"), "engine eager launches its decode steps eager"),
+    (("--engine", "trtllm", "--cuda-graph-max-batch-size", "-1"), "--cuda-graph-max-batch-size"),
+])
+def test_a_cuda_graph_size_that_cannot_apply_is_one_line(argv, says):
+    rc, out, err = run_cli("text-generate", "llama-3.1-8b", "--decode", "--num-queries", "8", "--context-length", "100",
+                           *argv)
+    assert rc == 2 and out == "" and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_takes_the_cuda_graph_capture_size_too():
+    from perfcast.serving.step import Deployment, compile_step
+    from perfcast.serving.types import Mix
+
+    eager = compile_step(Deployment("llama-3.1-8b", "h100-sxm", "trtllm", cuda_graph_max=0), max_tokens=256)
+    graphs = compile_step(Deployment("llama-3.1-8b", "h100-sxm", "trtllm"), max_tokens=256)
+    assert eager.host_floor_s(True, 8) > 0 == graphs.host_floor_s(True, 8)
+    assert eager.step_s(Mix(8, 8 * 512)) > graphs.step_s(Mix(8, 8 * 512))

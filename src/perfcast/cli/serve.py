@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", choices=ENGINES, help="serving engine (default: the device's, e.g. trtllm on NVIDIA)")
     p.add_argument("--engine-option", action="append", metavar="NAME=VALUE",
                    help="as text-generate's --engine-option (e.g. moe_backend=TRTLLM for trtllm on Blackwell)")
+    p.add_argument("--cuda-graph-max-batch-size", type=count(0), metavar="N",
+                   help="as text-generate's: the engine's largest decode CUDA graph (0: none); default: the engine's")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
     p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…", help="as text-generate's --quantize")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
@@ -267,7 +269,7 @@ def run(args) -> int:
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
                      args.topology, args.performance_model, what_if=getattr(args, "what_if", ()),
-                     engine_options=engine_options(args.engine_option))
+                     engine_options=engine_options(args.engine_option), cuda_graph_max=args.cuda_graph_max_batch_size)
     slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
     dis = _disagg(args, layout)
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,

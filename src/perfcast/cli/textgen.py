@@ -38,6 +38,10 @@ def _common(p, topology: bool) -> None:
                    help="an engine setting that changes its kernels, repeatable: moe_backend=CUTLASS|TRTLLM for "
                         "trtllm (TensorRT-LLM moe_config.backend; TRTLLM on Blackwell); `perfcast engines NAME` "
                         "lists an engine's options")
+    p.add_argument("--cuda-graph-max-batch-size", type=count(0), metavar="N",
+                   help="the engine's largest decode CUDA graph, in sequences (TensorRT-LLM "
+                        "cuda_graph_config.max_batch_size, SGLang --cuda-graph-max-bs, vLLM max_cudagraph_capture_size); "
+                        "0: decode runs eagerly; default: the engine's")
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -124,7 +128,8 @@ def _request(args, topo=None, **extra):
     return Request(model=load_model_config(args.model), device=device,
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
                    kv_dtype=args.kv_cache_dtype, engine=args.engine,
-                   engine_options=engine_options(args.engine_option), cache=not args.no_cache, **extra)
+                   engine_options=engine_options(args.engine_option), cache=not args.no_cache,
+                   cuda_graph_max=args.cuda_graph_max_batch_size, **extra)
 
 
 def _images(args):

@@ -4,10 +4,10 @@ launch mode per phase, and the profiling database each goes with. See docs/desig
 
 from perfcast.engines.apply import (Applied, apply, check_options, compatible, engines_for, resolve, rotate,
                                    size_decisions, with_options)
-from perfcast.engines.launch import launch_for
+from perfcast.engines.launch import launch_for, with_cuda_graphs
 from perfcast.engines.roles import ROLES, assign
 from perfcast.engines.spec import EngineProfile, engine_names, get_engine, load_profile_file
 
 __all__ = ["Applied", "apply", "check_options", "compatible", "engines_for", "resolve", "with_options", "rotate",
-           "size_decisions", "launch_for", "ROLES", "assign", "EngineProfile", "engine_names", "get_engine",
+           "size_decisions", "launch_for", "with_cuda_graphs", "ROLES", "assign", "EngineProfile", "engine_names", "get_engine",
            "load_profile_file"]

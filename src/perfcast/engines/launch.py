@@ -20,6 +20,28 @@ class Launch:
     host_source: str = ""
 
 
+def with_cuda_graphs(profile: EngineProfile, sequences: int, device) -> EngineProfile:
+    """``profile`` with its decode CUDA graphs captured up to ``sequences`` (0: none, every decode
+    step eager) — the user's launch setting: TensorRT-LLM ``cuda_graph_config.max_batch_size`` (or
+    the largest of its ``batch_sizes``), SGLang ``--cuda-graph-max-bs``, vLLM
+    ``max_cudagraph_capture_size``; one line for an engine that captures no decode graphs, or no
+    host launch interval to price eager steps with."""
+    from perfcast.ir import UserError
+
+    flag = f"--cuda-graph-max-batch-size {sequences}"
+    mode = profile.launch.decode
+    if mode.mode != "cuda_graph":
+        raise UserError(f"{flag}: engine {profile.name} launches its decode steps {mode.mode}, not as CUDA graphs")
+    if sequences == 0 and device.spec.vendor not in profile.launch.host_launch_interval_s:
+        raise UserError(f"{flag}: engine {profile.name} has no host launch interval for {device.spec.vendor} "
+                        f"devices to price eager decode steps with")
+    source = f"{flag} (the deployment's own launch setting)"
+    decode = (mode.model_copy(update={"mode": "eager", "max_tokens": None, "max_tokens_by_device": {},
+                                      "sources": [source]}) if sequences == 0 else
+              mode.model_copy(update={"max_tokens": sequences, "max_tokens_by_device": {}, "sources": [source]}))
+    return profile.model_copy(update={"launch": profile.launch.model_copy(update={"decode": decode})})
+
+
 def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> Launch:
     """``tokens``: the step's tokens on one device (a decode step: its sequences)."""
     phase = "decode" if decode else "prefill"

@@ -60,6 +60,7 @@ class Request:
     encoder_tp_mode: str | None = None  # a VLM's encoder: weights | data | replicated (default: the engine's)
     overlap: tuple[str, ...] = ()  # overlap transforms (perfcast.rollup.overlap) rewriting the fast sum
     rollup: str = "fast"  # fast | slow | both: with slow or both, the slow roll-up of the step too
+    cuda_graph_max: int | None = None  # decode CUDA graphs up to this many sequences (0: none); None: the engine's
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
@@ -69,6 +70,8 @@ class Request:
             raise UserError(f"--context-length must be non-negative (got {self.context_length})")
         if self.decode and self.context_length < 1:
             raise UserError("--decode needs --context-length ≥ 1 (the tokens already in the KV cache)")
+        if self.cuda_graph_max is not None and self.cuda_graph_max < 0:
+            raise UserError(f"--cuda-graph-max-batch-size must be non-negative (got {self.cuda_graph_max})")
         if not 0 < self.memory_utilization <= 1:
             raise UserError(f"--memory-utilization must be in (0, 1] (got {self.memory_utilization})")
         if self.rollup not in ROLLUPS:
@@ -90,8 +93,12 @@ class Request:
                             f"(has {', '.join(self.device.spec.datasheet.matrix_flops_per_s)}); choose another --dtype")
 
     def profile(self) -> engines.EngineProfile:
-        """The engine profile the step is priced as (the device's default when none is named)."""
-        return engines.resolve(self.engine, self.device, self.engine_options)
+        """The engine profile the step is priced as (the device's default when none is named), its
+        decode graphs as ``--cuda-graph-max-batch-size`` captures them where given."""
+        profile = engines.resolve(self.engine, self.device, self.engine_options)
+        if self.cuda_graph_max is None:
+            return profile
+        return engines.with_cuda_graphs(profile, self.cuda_graph_max, self.device)
 
     @property
     def new_tokens(self) -> int:

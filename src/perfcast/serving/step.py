@@ -77,6 +77,7 @@ class Deployment:
     performance_model: str = "analytic"
     what_if: tuple[tuple[str, float], ...] = ()   # hardware multipliers (perfcast.hardware.device.scaled)
     engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option NAME=VALUE, sorted
+    cuda_graph_max: int | None = None   # --cuda-graph-max-batch-size (None: the engine's)
 
     def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
         """The text-generate request of one step of this deployment (``batch`` sequences per
@@ -91,7 +92,8 @@ class Deployment:
                        num_queries=batch * self.layout.dp, query_length=1 if decode else length,
                        context_length=length if decode else context, decode=decode, dtype=self.dtype,
                        quantize=self.quantize, kv_dtype=self.kv_dtype, layout=self.layout,
-                       engine=self.engine, engine_options=self.engine_options, topology=self.topology)
+                       engine=self.engine, engine_options=self.engine_options, topology=self.topology,
+                       cuda_graph_max=self.cuda_graph_max)
 
     @property
     def devices(self) -> int:
@@ -292,8 +294,7 @@ class StepModel:
         return max(t, self._host_prefill[tokens])
 
     def host_floor_s(self, decode: bool, tokens: int) -> float:
-        """The host's issue time of the launches of a step of ``tokens`` (0 where a CUDA graph
-        replays it): an eager step takes at least this long."""
+        """The host's issue time of a step of ``tokens``' launches (0: a CUDA graph replays it)."""
         return (self._host_decode if decode else self._host_prefill)[tokens]
 
     def decode_s(self, decodes: int, context: int) -> float:
