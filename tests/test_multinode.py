@@ -82,6 +82,39 @@ def test_a_row_takes_its_recipes_decode_settings_where_perfcast_prices_them():
     assert any("MoE backend flashinfer_trtllm, which perfcast's sglang profile does not price" in n for n in f.notes)
 
 
+def test_a_row_takes_its_recipes_decode_batch_limit_and_cuda_graphs():
+    frame, _ = silicon.read()
+    rows = {r["id"]: r for r in frame.to_dict("records")}
+    # B200 DeepSeek-R1 NVFP4, two DEP8 decode workers at 2,192 clients: 137 a rank by the concurrency, but the
+    # recipe's decode workers run at most 128 (max_batch_size) and capture graphs up to 128 (cuda_graph_config)
+    c = silicon.map_row(rows["dsr1_b200_trtllm_fp4_disagg_1024x1024_c2192_cfg346"])
+    assert c.predictable and (c.batch, c.cuda_graph_max) == (128, 128)
+    note = next(n for n in c.notes if n.startswith(multinode.LIMITS_NOTE))
+    assert "batch limit 128 per rank (the row's 137 capped), CUDA graphs up to 128 sequences" in note
+    assert "recipes/trtllm/b200-fp4/1k1k/stp/ctx1_gen2_dep8_batch128_eplb0_mtp0.yaml" in note
+    # the step it prices is a graph replay: the engine's default (128) would have run a 137-sequence batch eagerly
+    from perfcast.inference.steps import case_request
+
+    assert case_request(c, decode=True).profile().launch.decode.capture_limit("b200-sxm") == 128
+    # an aggregated row takes nothing from the multi-node recipes
+    a = silicon.map_row(rows["minimaxm2_5_b300_vllm_fp8_agg_8192x1024_c4_cfg733"])
+    assert a.cuda_graph_max is None and not any(n.startswith(multinode.LIMITS_NOTE) for n in a.notes)
+
+
+@pytest.mark.parametrize("trt, sgl, want", [
+    ({"max_batch_size": 64, "cuda_graph_config": None}, {}, ("64", "0")),
+    ({"cuda_graph_config": {"enable_padding": True, "batch_sizes": [1, 2, 58, 64]}}, {}, ("", "64")),
+    ({"cuda_graph_config": {"max_batch_size": 256}}, {}, ("", "256")),
+    ({"cuda_graph_config": {}}, {}, ("", "128")),          # neither given: TensorRT-LLM's default 128
+    ({}, {"cuda-graph-max-bs": 512}, ("", "512")),
+    ({}, {"cuda-graph-bs": "1 2 4 96"}, ("", "96")),
+    ({}, {"disable-cuda-graph": True, "max-running-requests": 512}, ("", "0")),   # the server's, not a rank's
+    ({}, {}, ("", "")),
+])
+def test_the_tool_reads_a_decode_pools_batch_limit_and_cuda_graphs(trt, sgl, want):
+    assert _tool()._limits(trt, sgl) == want
+
+
 def test_a_row_only_mtp_entries_can_have_measured_is_not_priced():
     c = case(**{**DATED, "decode_tp_size": "16", "decode_moe_tp_size": "4"}, concurrency="6144")
     assert not c.predictable

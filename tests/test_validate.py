@@ -594,3 +594,16 @@ def test_ci_subset_end_to_end(cli, tmp_path, frame):
         assert r["command"].startswith("perfcast text-generate ") and r["engine"] in ("trtllm", "trtllm-cpp", "vllm", "sglang")
     assert all(r["refused"] for r in records if not r["command"])
     assert doc["points"]["closed-form points"] > 0 and doc["timings_s"]["price"] > 0
+
+
+def test_a_row_whose_weights_cannot_fit_its_stated_devices_is_refused(rows):
+    """InferenceX's dated GB200 SGLang DeepSeek-R1 files state one device per worker: 671 GB of FP8
+    weights on one 186 GB GB200 cannot have run, so the row is refused, not priced."""
+    from perfcast.inference.steps import case_request, unfit
+
+    c = silicon.map_row(rows["2026_04_06_deepseek_r1_gb200_sglang_fp8_disagg_8192x1024_c6144_tp1_ep1_1195"])
+    assert c.predictable and c.layout.num_devices == 1
+    why = price([c]).of(c, True)["analytic"].reason
+    assert why.startswith("refused by perfcast: the weights need") and "more than gb200's" in why
+    req = case_request(c, decode=True)
+    assert unfit(int(req.device.hbm_capacity_bytes), req) is None and unfit(int(req.device.hbm_capacity_bytes) + 1, req)

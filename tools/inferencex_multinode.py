@@ -38,7 +38,7 @@ POOL = ("workers", "tp", "ep", "dp_attn")
 #: moe_config.backend; SGLang: sglang_config.{prefill,decode} kv-cache-dtype, moe-runner-backend); the
 #: recipe's commit
 RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "prefill_moe_backend",
-          "decode_kv_cache_dtype", "decode_moe_backend")
+          "decode_kv_cache_dtype", "decode_moe_backend", "decode_max_batch_size", "decode_cuda_graph_max")
 COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
            "concurrencies", *(f"prefill_{k}" for k in POOL), *(f"decode_{k}" for k in POOL), "config_file",
            "first", "first_commit", "until", *RECIPE)
@@ -83,8 +83,30 @@ def recipe(repo: str, branch: str, path: str, day: str, cache: dict) -> dict:
             kv = str((t.get("kv_cache_config") or {}).get("dtype") or g.get("kv-cache-dtype") or "")
             out[f"{pre}_kv_cache_dtype"] = "fp8" if kv.startswith("fp8") else kv
             out[f"{pre}_moe_backend"] = str((t.get("moe_config") or {}).get("backend") or g.get("moe-runner-backend") or "")
+        out["decode_max_batch_size"], out["decode_cuda_graph_max"] = _limits(trt.get("decode") or {},
+                                                                              sgl.get("decode") or {})
     cache[(commit, path)] = out
     return out
+
+
+def _limits(t: dict, g: dict) -> tuple[str, str]:
+    """A decode pool's batch limit per attention-DP rank and its largest CUDA graph ("" where the
+    recipe leaves the engine's default; "0": no graphs). TensorRT-LLM: max_batch_size;
+    cuda_graph_config null (none), else the largest of its batch_sizes or its max_batch_size
+    (llm_args.py CudaGraphConfig: 128 where neither is given). SGLang: --cuda-graph-max-bs (or the
+    largest of --cuda-graph-bs), --disable-cuda-graph; its --max-running-requests is the server's,
+    not a rank's, and is not read."""
+    batch = str(t.get("max_batch_size") or "")
+    if "cuda_graph_config" in t:
+        cg = t["cuda_graph_config"]
+        graph = "0" if cg is None else str(max(cg.get("batch_sizes") or [cg.get("max_batch_size") or 128]))
+    elif g.get("disable-cuda-graph") in (True, "true", "True"):
+        graph = "0"
+    else:
+        sizes = g.get("cuda-graph-bs")
+        sizes = [int(s) for s in re.findall(r"\d+", str(sizes))] if sizes else []
+        graph = str(max(sizes)) if sizes else str(g.get("cuda-graph-max-bs") or "")
+    return batch, graph
 
 
 def entries(doc: dict):

@@ -78,9 +78,15 @@ class Entry:
     recipe_concurrencies: frozenset[int] = frozenset()
     kv_cache_dtype: str = ""  # the decode workers' (srt-slurm recipe: trtllm_config / sglang_config decode)
     moe_backend: str = ""
+    max_batch: int | None = None    # the decode workers' batch limit per rank (TensorRT-LLM max_batch_size)
+    cuda_graph: int | None = None   # their largest decode CUDA graph (0: none)
 
     def source(self) -> str:
         return f"{self.key}{', ' + self.config_file if self.config_file else ''}, from {self.first_commit} ({self.first})"
+
+
+def _count(text: str) -> int | None:
+    return int(text) if text != "" else None
 
 
 def _pool(r: dict, pre: str) -> Pool:
@@ -101,7 +107,8 @@ def read(path) -> tuple[Entry, ...]:
                                  frozenset(int(c) for c in r["concurrencies"].split()), _pool(r, "prefill_"),
                                  _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"],
                                  r["recipe_commit"], frozenset(int(c) for c in r["recipe_concurrencies"].split()),
-                                 r["decode_kv_cache_dtype"], r["decode_moe_backend"]))
+                                 r["decode_kv_cache_dtype"], r["decode_moe_backend"],
+                                 _count(r["decode_max_batch_size"]), _count(r["decode_cuda_graph_max"])))
             except (KeyError, ValueError, TypeError, AttributeError) as e:
                 raise UserError(f"{path}: line {k}: {type(e).__name__} {e} (expected the columns "
                                 f"tools/inferencex_multinode.py writes)") from None
@@ -154,6 +161,7 @@ class Resolution:
     either: str | None = None  # what is approximate about it
     note: str | None = None  # the workers the config gives
     recipe: Entry | None = None  # the one plain entry's srt-slurm recipe settings, where all agree
+    limits: Entry | None = None  # a plain entry whose decode batch limit and CUDA graphs all the plain ones share
 
 
 def resolve(row: dict) -> Resolution:
@@ -178,14 +186,16 @@ def resolve(row: dict) -> Resolution:
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
     settings = {(e.kv_cache_dtype, e.moe_backend) for e in plain}  # empty where the entry names no recipe
     recipe = plain[0] if len(settings) == 1 and any(next(iter(settings))) else None
+    limits = {(e.max_batch, e.cuda_graph) for e in plain}
+    limits = plain[0] if len(limits) == 1 and next(iter(limits)) != (None, None) else None
     pools = {(e.prefill, e.decode) for e in plain}
     if _int(row, "decode_num_workers") or len(pools) != 1:
-        return Resolution(row, None, either, None, recipe)
+        return Resolution(row, None, either, None, recipe, limits)
     (prefill, decode), = pools
     note = (f"{WORKERS_NOTE}: prefill {prefill}, decode {decode} ({plain[0].source()}; {TABLE}); the decode batch is "
             f"the concurrency over the decode workers' attention-DP ranks, as the campaign's database dump states it")
     return Resolution({**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note,
-                      recipe)
+                      recipe, limits)
 
 
 #: how a case's note naming its srt-slurm recipe's settings begins
@@ -215,3 +225,26 @@ def with_recipe(case, entry: Entry | None):
     note = (f"{RECIPE_NOTE}: decode workers' {', '.join(said)} ({entry.config_file} at NVIDIA/srt-slurm "
             f"{entry.recipe_commit}; {TABLE})")
     return replace(case, kv_dtype=kv, engine_options=options, notes=case.notes + (note,))
+
+
+#: how a case's note naming its srt-slurm recipe's decode limits begins
+LIMITS_NOTE = "decode limits of the srt-slurm recipe"
+
+
+def with_limits(case, entry: Entry | None):
+    """``case`` with its decode workers' batch limit per rank (the engine never runs more: a row's
+    concurrency over the ranks beyond it waits in the queue) and their largest CUDA graph, as the
+    srt-slurm recipe of its config entry launched them (TensorRT-LLM ``max_batch_size`` and
+    ``cuda_graph_config``, SGLang ``--cuda-graph-max-bs``)."""
+    if entry is None or case.mode != "disagg":
+        return case
+    said, batch = [], case.batch
+    if entry.max_batch is not None:
+        batch = min(case.batch, entry.max_batch)
+        said.append(f"batch limit {entry.max_batch} per rank" + (f" (the row's {case.batch} capped)"
+                                                                  if batch < case.batch else ""))
+    if entry.cuda_graph is not None:
+        said.append(f"CUDA graphs up to {entry.cuda_graph} sequences" if entry.cuda_graph else "no CUDA graphs")
+    note = (f"{LIMITS_NOTE}: {', '.join(said)} ({entry.config_file} at NVIDIA/srt-slurm {entry.recipe_commit}; "
+            f"{TABLE})")
+    return replace(case, batch=batch, cuda_graph_max=entry.cuda_graph, notes=case.notes + (note,))

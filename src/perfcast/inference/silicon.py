@@ -92,6 +92,7 @@ class Case:
     engine_options: tuple[tuple[str, str], ...] = ()  # its engine options (e.g. TensorRT-LLM's MoE backend)
     recv_interval: int | None = None      # its SGLang --scheduler-recv-interval
     overlap: bool | None = None           # its engine's overlap scheduling (None: the profile's default)
+    cuda_graph_max: int | None = None     # its decode workers' largest CUDA graph (None: the engine's)
 
     @property
     def num_queries(self) -> int:
@@ -355,7 +356,7 @@ def map_row(row: dict) -> Case:
             return replace(base, reason=why)
         base = replace(base, approximate=base.approximate + ((either,) if either else ()))
         base = with_recipe(base, row.get("precision", ""))
-    base = multinode.with_recipe(with_batch_limit(base), configs.recipe)
+    base = multinode.with_limits(multinode.with_recipe(with_batch_limit(base), configs.recipe), configs.limits)
     if base.mode == "disagg":
         pre_layout, _, why_p, _ = _layout(row, catalog_model(base.model).data, True, "prefill_")
         base = replace(base, prefill_layout=None if why_p else pre_layout,

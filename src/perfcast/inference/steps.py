@@ -25,7 +25,7 @@ from perfcast.capture import cache, lower
 from perfcast.capture import parallel as par
 from perfcast.hardware import get_device
 from perfcast.hardware.spec import SpecError
-from perfcast.inference import quantization
+from perfcast.inference import memory, quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.silicon import Case, catalog_model, phases
 from perfcast.inference.textgen import Request, make_model, pipeline_time_s, simulate
@@ -50,6 +50,7 @@ class Group:
     dtype: str = "bf16"
     kv_dtype: str | None = None
     engine_options: tuple[tuple[str, str], ...] = ()
+    cuda_graph_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,12 @@ def step_request(group: Group, *, batch: int, length: int,
                    context_length=length if group.decode else 0, decode=group.decode,
                    dtype=group.dtype, quantize=group.quantize, kv_dtype=group.kv_dtype, layout=layout,
                    performance_models=performance_models, engine=group.engine,
-                   engine_options=group.engine_options)
+                   engine_options=group.engine_options, cuda_graph_max=group.cuda_graph_max)
 
 
 def group_of(case: Case, decode: bool) -> Group:
     return Group(case.model, case.device, case.quantize, case.layout, case.engine, decode, case.dtype,
-                 case.kv_dtype, case.engine_options)
+                 case.kv_dtype, case.engine_options, case.cuda_graph_max)
 
 
 def point_of(case: Case, decode: bool) -> tuple[int, int]:
@@ -169,11 +170,20 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     if not exact:
         return list(points)
     cap = par.parallelize(cap, layout, model.data)
+    quant = quantization.resolve(proto)
+    tied = bool(model.data.get("tie_word_embeddings"))
+    layers = range(int(model.data["num_hidden_layers"]))
+    _, wbytes = memory.weights(cap, quant.plan, None if layout.trivial else
+                               lambda name: par.param_share(name, cap, layout, layers, True, True, tied))
+    why = unfit(wbytes, proto)
+    if why:
+        for p in points:
+            out[p].update({m: StepTime(None, reason=why) for m in models})
+        return []
     profile = proto.profile()
     applied = engines.apply(profile, cap, decode=True, device=proto.device.name,
                             hidden_size=int(model.data["hidden_size"]))
     mesh = proto.mesh()
-    quant = quantization.resolve(proto)
     # the engine decides some things by size (the all-reduce algorithm, CUDA graph or eager
     # launches): points that decide alike share one lowering, its sizes symbolic
     parts: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
@@ -204,6 +214,17 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     return [p for p in points if p not in set(exact)]
 
 
+def unfit(weights_bytes: int, req: Request) -> str | None:
+    """Why a row's step cannot have run as it states it: its weights alone exceed one device's
+    memory at its layout (a result file that names fewer devices than ran it); None where they fit."""
+    capacity = int(req.device.hbm_capacity_bytes)
+    if weights_bytes <= capacity:
+        return None
+    return (f"refused by perfcast: the weights need {weights_bytes / 1e9:.1f} GB per device at the row's layout "
+            f"({req.layout.describe()}), more than {req.device.name}'s {capacity / 1e9:.0f} GB: the row cannot have "
+            f"run as it states")
+
+
 def decisions(profile, req: Request, tokens: int, decode: bool = True) -> tuple:
     """What the engine decides by size for a step of ``tokens`` tokens on one device (a decode
     step: its sequences): its launch mode and its all-reduce choices (messages of tokens × hidden
@@ -221,6 +242,9 @@ def _simulate(group: Group, p: tuple[int, int], models: list[str]) -> dict[str, 
         result = simulate(req)
     except (UserError, SpecError) as e:
         return {m: StepTime(None, reason=f"refused by perfcast: {e}") for m in models}
+    why = unfit(result.memory.weights_bytes, req)
+    if why:
+        return {m: StepTime(None, reason=why) for m in models}
     how = f"simulate ({result.capture_source})"
     unpriced = int(sum(result.lowered.unknown.values()))
     out = {}

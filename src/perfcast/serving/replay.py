@@ -76,7 +76,8 @@ def workload_of(case: Case, seed: int = 0) -> Workload:
 def deployment_of(case: Case, performance_model: str = "analytic") -> Deployment:
     return Deployment(model=case.model, device=case.device, engine=case.engine, layout=case.layout,
                       dtype=case.dtype, quantize=case.quantize, kv_dtype=case.kv_dtype,
-                      performance_model=performance_model, engine_options=case.engine_options)
+                      performance_model=performance_model, engine_options=case.engine_options,
+                      cuda_graph_max=case.cuda_graph_max)
 
 
 def _max_batch(case: Case) -> int:
