@@ -154,6 +154,12 @@ def test_gpt_oss_rows_take_their_budget_and_memory_fraction():
     assert (b200.kv_dtype, b200.max_num_tokens, b200.memory_fraction) == ("fp8", 20000, 0.85)
     vllm = _case(**row, backend="vllm")
     assert (vllm.kv_dtype, vllm.max_num_tokens, vllm.memory_fraction) == (None, 8192, 0.9)
+    # the TensorRT-LLM scripts capture decode graphs up to their concurrency: a 256-client batch replays one
+    # (the engine's default captures 128), and the replay's deployment launches so
+    big = _case(**{**row, "batch_size": "256", "concurrency": "256"}, system="b200_sxm")
+    assert big.cuda_graph_max == 256 and "CUDA graphs up to 256 sequences (the concurrency)" in big.notes[-1]
+    assert vllm.cuda_graph_max is None
+    assert replay_mod.deployment_of(big).cuda_graph_max == 256
 
 
 def test_the_memory_fraction_sizes_the_kv_cache():

@@ -33,6 +33,7 @@ class Recipe:
     source: str
     engine_options: tuple[tuple[str, str], ...] = ()
     recv_interval: int | None = None
+    cuda_graph_max: int | None = None   # the script's largest decode CUDA graph (its concurrency: every batch)
 
 
 @lru_cache(maxsize=None)
@@ -171,8 +172,12 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             recv = next((int(x["value"]) for x in e.get("scheduler_recv_interval") or ()
                          if x.get("tp", tp) == tp and concurrency < x.get("concurrency_below", concurrency + 1)), None)
             options = ((("moe_backend", moe),) if moe else ()) + tuple(sorted((e.get("engine_options") or {}).items()))
+            graphs = e.get("cuda_graph_max")
+            if graphs not in (None, "concurrency"):
+                raise UserError(f"{RECIPES}: cuda_graph_max: expected 'concurrency' (the scripts capture up to "
+                                f"their CONC), got {graphs!r}")
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()), options, recv)
+                          " ".join(e["source"].split()), options, recv, concurrency or None if graphs else None)
     return None
 
 
@@ -210,7 +215,8 @@ def with_recipe(case: Case, precision: str) -> Case:
     tokens = f"max num tokens {r.max_num_tokens}" if r.max_num_tokens else "max num tokens the engine's default"
     moe = "".join(f", {k} {v}" for k, v in r.engine_options)
     recv = f", scheduler recv interval {r.recv_interval}" if r.recv_interval else ""
-    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv} ({r.source})"
+    graphs = f", CUDA graphs up to {r.cuda_graph_max} sequences (the concurrency)" if r.cuda_graph_max else ""
+    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv}{graphs} ({r.source})"
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
                    memory_fraction=r.memory_fraction, engine_options=r.engine_options, recv_interval=r.recv_interval,
-                   notes=case.notes + (note,))
+                   cuda_graph_max=r.cuda_graph_max, notes=case.notes + (note,))
