@@ -166,14 +166,21 @@ def _valid(name: str, doc: dict) -> None:
     jsonschema.validate(doc, json.loads(schema_text(name)))
 
 
-def test_optimize_prints_its_document_and_saves_every_candidate(tmp_path):
-    out = tmp_path / "out"
-    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "2",
-                              "--batch-sizes", "4,16", "--isl", "1024", "--osl", "64", "--serving-mode", "both",
-                              "--ttft", "1", "--tpot", "0.05", "--json", "--save-dir", str(out), timeout_s=SLOW_S)
+def _optimize(out, *argv) -> dict:
+    """``perfcast optimize llama-3.1-8b --devices h100-sxm ARGV --json --save-dir OUT``'s document, checked
+    against its schema."""
+    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", *argv, "--json", "--save-dir",
+                              str(out), timeout_s=SLOW_S)
     assert rc == 0, err
     doc = json.loads(stdout)
     _valid("optimize", doc)
+    return doc
+
+
+def test_optimize_prints_its_document_and_saves_every_candidate(tmp_path):
+    out = tmp_path / "out"
+    doc = _optimize(out, "--total-devices", "2", "--batch-sizes", "4,16", "--isl", "1024", "--osl", "64",
+                    "--serving-mode", "both", "--ttft", "1", "--tpot", "0.05")
     assert doc["candidates_evaluated"] == 8   # agg tp1, tp2, pp2 (× 2 batches); disagg 1×tp1 → 1×tp1 (× 2)
     assert doc["rejected"]["not_modelled"] == 0 and doc["rejected"]["invalid_layout"] == 0
     pipelines = [c for c in json.loads((out / "candidates.json").read_text())["candidates"]
@@ -209,12 +216,8 @@ def test_a_batch_the_kv_cache_cannot_hold_is_rejected_as_not_fitting():
 
 def test_several_token_budgets_are_each_searched_and_priced_with_their_own(tmp_path):
     out = tmp_path / "out"
-    rc, stdout, err = run_cli("optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "1",
-                              "--batch-sizes", "16", "--isl", "4096", "--osl", "64", "--max-num-tokens", "8192,2048",
-                              "--ttft", "2", "--tpot", "0.05", "--json", "--save-dir", str(out), timeout_s=SLOW_S)
-    assert rc == 0, err
-    doc = json.loads(stdout)
-    _valid("optimize", doc)
+    doc = _optimize(out, "--total-devices", "1", "--batch-sizes", "16", "--isl", "4096", "--osl", "64",
+                    "--max-num-tokens", "8192,2048", "--ttft", "2", "--tpot", "0.05")
     assert doc["candidates_evaluated"] == 2
     saved = json.loads((out / "candidates.json").read_text())
     _valid("optimize-points", saved)
