@@ -316,6 +316,8 @@ def command(case: Case) -> str:
         parts += ["--kv-cache-dtype", case.kv_dtype]
     for k, v in case.engine_options:
         parts += ["--engine-option", f"{k}={v}"]
+    if case.cuda_graph_max is not None:
+        parts += ["--cuda-graph-max-batch-size", str(case.cuda_graph_max)]
     return " ".join(parts)
 
 

@@ -91,6 +91,8 @@ class SearchSpec:
             raise UserError("--batch-sizes: give positive batch limits")
         if self.token_budgets and (self.max_num_tokens is not None or min(self.token_budgets) < 1):
             raise UserError("--max-num-tokens: give one budget, or several to search, each positive")
+        if self.engine_options:
+            object.__setattr__(self, "engine_options", _checked_options(self))
 
     @property
     def budgets(self) -> tuple[int | None, ...]:
@@ -101,8 +103,6 @@ class SearchSpec:
     def budget(self, c) -> int | None:
         """Candidate ``c``'s step token budget (None: the engine's)."""
         return c.max_num_tokens if c.max_num_tokens is not None else self.max_num_tokens
-        if self.engine_options:
-            object.__setattr__(self, "engine_options", _checked_options(self))
 
 
 def _checked_options(spec: SearchSpec) -> tuple[tuple[str, str], ...]:
