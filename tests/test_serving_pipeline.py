@@ -90,6 +90,12 @@ def test_a_full_pipeline_runs_at_its_busiest_stage(pp2):
     assert pp2.step_s(mix) == pytest.approx(2 * last, rel=1e-12)
 
 
+def test_the_decode_fast_path_is_the_cycle(pp2):
+    rng = np.random.default_rng(3)
+    for d, per in zip(rng.integers(0, 300, 200), rng.integers(1, 4000, 200)):
+        assert pp2.decode_s(int(d), int(d * per)) == pp2.step_s(Mix(int(d), int(d * per)))
+
+
 def test_the_vectorised_cycle_is_the_scalar_one(pp2):
     rng = np.random.default_rng(7)
     d = rng.integers(0, 200, 300)

@@ -105,6 +105,23 @@ class PipelineStepModel:
     def step_s(self, mix: Mix) -> float:
         return cycle_s(self.stages, mix)
 
+    def decode_s(self, decodes: int, context: int) -> float:
+        """``step_s(Mix(decodes, context))`` without building the mixes (the simulation's decode
+        steps): the same split, each stage's ``decode_s``."""
+        if decodes == 0:
+            return self.step_s(Mix(decodes, context))
+        p, taken, before = self.pp, 0, 0
+        rows = {id(stage): [] for stage in self._distinct}
+        for i in range(p):
+            di = (decodes + p - 1 - i) // p
+            before += di
+            ci = context * before // decodes - taken
+            taken += ci
+            for stage in self._distinct:
+                rows[id(stage)].append(stage.decode_s(di, ci) if di else 0.0)
+        busiest = max(sum(row) for row in rows.values())
+        return max(busiest, max(sum(rows[id(stage)][i] for stage in self.stages) for i in range(p)))
+
     def host_floor_s(self, decode: bool, tokens: int) -> float:
         """The host's issue time of one micro-batch's launches of ``tokens`` on the slowest stage."""
         return max(stage.host_floor_s(decode, tokens) for stage in self._distinct)
