@@ -10,6 +10,7 @@ import sympy
 
 from perfcast.engines.spec import EngineProfile
 from perfcast.hardware.device import exact
+from perfcast.ir import UserError
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,6 @@ def with_cuda_graphs(profile: EngineProfile, sequences: int, device) -> EnginePr
     the largest of its ``batch_sizes``), SGLang ``--cuda-graph-max-bs``, vLLM
     ``max_cudagraph_capture_size``; one line for an engine that captures no decode graphs, or no
     host launch interval to price eager steps with."""
-    from perfcast.ir import UserError
-
     flag = f"--cuda-graph-max-batch-size {sequences}"
     mode = profile.launch.decode
     if mode.mode != "cuda_graph":

@@ -177,7 +177,7 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
                 raise UserError(f"{RECIPES}: cuda_graph_max: expected 'concurrency' (the scripts capture up to "
                                 f"their CONC), got {graphs!r}")
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()), options, recv, concurrency or None if graphs else None)
+                          " ".join(e["source"].split()), options, recv, (concurrency or None) if graphs else None)
     return None
 
 

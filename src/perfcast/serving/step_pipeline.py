@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import reduce
 
 import numpy as np
 
@@ -46,24 +47,38 @@ from perfcast.serving.types import Mix, StepCost
 
 def micro_batches(mix: Mix, p: int) -> list[Mix]:
     """``mix`` split into ``p`` micro-batches: micro-batch ``i`` gets ``⌈(d − i) / p⌉`` of the
-    ``d`` decodes and their share of the context (cumulative, so the shares sum to it); the
-    prefill chunks, largest first, are dealt in turn from micro-batch ``d mod p`` on (the ones
-    with fewer decodes first). Dealt so, no micro-batch holds more chunk tokens than the largest
-    chunk plus an even share of them all (each later chunk is at most one of the round before it),
-    so within a cycle budget of ``p`` batches of ``B`` tokens, chunks of at most ``B`` each, a
-    micro-batch holds at most ``2 B`` prompt tokens beside its decodes."""
-    d, ctx, extra = mix.decodes, mix.decode_context, mix.decodes % p
+    ``d`` decodes and their share of the context (:func:`_decode_shares`); the prefill chunks,
+    largest first, are dealt in turn from micro-batch ``d mod p`` on (the ones with fewer decodes
+    first). Dealt so, no micro-batch holds more chunk tokens than the largest chunk plus an even
+    share of them all (each later chunk is at most one of the round before it), so within a cycle
+    budget of ``p`` batches of ``B`` tokens, chunks of at most ``B`` each, a micro-batch holds at
+    most ``2 B`` prompt tokens beside its decodes."""
     chunks: list[list] = [[] for _ in range(p)]
     for j, c in enumerate(sorted(mix.chunks, key=lambda c: -c.tokens)):
-        chunks[(extra + j) % p].append(c)
-    out, before, taken = [], 0, 0
+        chunks[(mix.decodes % p + j) % p].append(c)
+    return [Mix(di, ci, tuple(chunks[i]), mix.draft)
+            for i, (di, ci) in enumerate(_decode_shares(mix.decodes, mix.decode_context, p))]
+
+
+def _decode_shares(d, ctx, p: int):
+    """Each micro-batch's (decodes, context) of ``d`` decodes holding ``ctx`` cached tokens:
+    ``⌈(d − i) / p⌉`` decodes, the context cumulative so the shares sum to it (integers or
+    integer arrays alike: where ``d`` is 0 so is ``ctx``, and every share)."""
+    before = taken = 0
     for i in range(p):
         di = (d + p - 1 - i) // p
-        before += di
-        ci = ctx * before // d - taken if d else 0
-        taken += ci
-        out.append(Mix(di, ci, tuple(chunks[i]), mix.draft))
-    return out
+        before = before + di
+        ci = ctx * before // (d + (d == 0)) - taken
+        taken = taken + ci
+        yield di, ci
+
+
+def _cycle(rows: dict, stages: Sequence, top=max):
+    """``max(max_s Σ_i t_s(m_i), max_i Σ_s t_s(m_i))`` from ``rows`` (each distinct stage's
+    times of the micro-batches, by ``id``) over ``stages`` in order (a stage as often as it
+    occurs); ``top``: ``max`` for seconds, ``numpy.maximum`` for arrays of them."""
+    busiest = reduce(top, (sum(row) for row in rows.values()))
+    return top(busiest, reduce(top, (sum(rows[id(s)][i] for s in stages) for i in range(len(stages)))))
 
 
 def cycle_s(stages: Sequence[StepCost], mix: Mix) -> float:
@@ -72,9 +87,8 @@ def cycle_s(stages: Sequence[StepCost], mix: Mix) -> float:
     if mix.empty:
         return 0.0
     parts = micro_batches(mix, len(stages))
-    times = {id(stage): [0.0 if m.empty else stage.step_s(m) for m in parts] for stage in stages}  # distinct once
-    busiest = max(sum(row) for row in times.values())
-    return max(busiest, max(sum(times[id(stage)][i] for stage in stages) for i in range(len(parts))))
+    rows = {id(stage): [0.0 if m.empty else stage.step_s(m) for m in parts] for stage in stages}  # distinct once
+    return _cycle(rows, stages)
 
 
 class PipelineStepModel:
@@ -95,10 +109,8 @@ class PipelineStepModel:
                 compiled[sig] = StepModel(deployment, max_tokens=max_tokens, stage=s)
             self.stages.append(compiled[sig])
         self._distinct = list(compiled.values())
-        first = self.stages[0]
-        self.proto, self.profile = first.proto, first.profile
         self.unpriced = sum((m.unpriced for m in self._distinct), Counter())
-        self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
+        self.source = (f"{self.stages[0].profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing: {p} pipeline "
                        f"stages with {p} micro-batches in flight, a step one cycle of the busiest stage")
 
@@ -110,17 +122,9 @@ class PipelineStepModel:
         steps): the same split, each stage's ``decode_s``."""
         if decodes == 0:
             return self.step_s(Mix(decodes, context))
-        p, taken, before = self.pp, 0, 0
-        rows = {id(stage): [] for stage in self._distinct}
-        for i in range(p):
-            di = (decodes + p - 1 - i) // p
-            before += di
-            ci = context * before // decodes - taken
-            taken += ci
-            for stage in self._distinct:
-                rows[id(stage)].append(stage.decode_s(di, ci) if di else 0.0)
-        busiest = max(sum(row) for row in rows.values())
-        return max(busiest, max(sum(rows[id(stage)][i] for stage in self.stages) for i in range(p)))
+        shares = list(_decode_shares(decodes, context, self.pp))
+        return _cycle({id(s): [s.decode_s(di, ci) if di else 0.0 for di, ci in shares] for s in self._distinct},
+                      self.stages)
 
     def host_floor_s(self, decode: bool, tokens: int) -> float:
         """The host's issue time of one micro-batch's launches of ``tokens`` on the slowest stage."""
@@ -132,26 +136,13 @@ class PipelineStepModel:
             *(np.asarray(v) for v in (decodes, decode_context, chunk_tokens, chunk_past, chunks))))
         p = self.pp
         extra = d % p
-        safe = np.maximum(d, 1)
-        totals = [np.zeros(d.shape) for _ in self._distinct]
-        traversal = np.zeros(d.shape)
-        count = Counter(id(stage) for stage in self.stages)
-        before = np.zeros_like(d)
-        taken = np.zeros_like(d)
-        for i in range(p):
-            di = (d + p - 1 - i) // p
-            before = before + di
-            ci = np.where(d > 0, ctx * before // safe - taken, 0)
-            taken = taken + ci
-            r = (i - extra) % p
+        rows: dict[int, list] = {id(s): [] for s in self._distinct}
+        for i, (di, ci) in enumerate(_decode_shares(d, ctx, p)):
+            r = (i - extra) % p                                   # the chunks dealt to micro-batch i
             ni = np.where(r < c, (c - r + p - 1) // p, 0)
-            through = np.zeros(d.shape)
-            for k, stage in enumerate(self._distinct):
-                ti = stage.step_s_array(di, ci, t, past, ni, draft)
-                totals[k] += ti
-                through += count[id(stage)] * ti
-            traversal = np.maximum(traversal, through)
-        return np.maximum(np.max(np.stack(totals), axis=0), traversal)
+            for s in self._distinct:
+                rows[id(s)].append(s.step_s_array(di, ci, t, past, ni, draft))
+        return _cycle(rows, self.stages, np.maximum)
 
 
 def _layers(deployment: Deployment) -> int:
