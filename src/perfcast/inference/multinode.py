@@ -164,6 +164,13 @@ class Resolution:
     limits: Entry | None = None  # a plain entry whose decode batch limit and CUDA graphs all the plain ones share
 
 
+def _agreed(entries: list[Entry], settings) -> Entry | None:
+    """The first of ``entries`` where all state the same ``settings(entry)`` and the recipe states
+    any of them ("" or None: the recipe leaves it to the engine, or the entry names no recipe)."""
+    values = {settings(e) for e in entries}
+    return entries[0] if len(values) == 1 and any(v not in ("", None) for v in next(iter(values))) else None
+
+
 def resolve(row: dict) -> Resolution:
     """The row, with the worker pools the campaign's config gives where the row states no worker
     counts, for a disaggregated InferenceX row. Not priced where every entry that can have measured
@@ -184,10 +191,8 @@ def resolve(row: dict) -> Resolution:
     plain = [e for e in found if not e.mtp]
     either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
-    settings = {(e.kv_cache_dtype, e.moe_backend) for e in plain}  # empty where the entry names no recipe
-    recipe = plain[0] if len(settings) == 1 and any(next(iter(settings))) else None
-    limits = {(e.max_batch, e.cuda_graph) for e in plain}
-    limits = plain[0] if len(limits) == 1 and next(iter(limits)) != (None, None) else None
+    recipe = _agreed(plain, lambda e: (e.kv_cache_dtype, e.moe_backend))
+    limits = _agreed(plain, lambda e: (e.max_batch, e.cuda_graph))
     pools = {(e.prefill, e.decode) for e in plain}
     if _int(row, "decode_num_workers") or len(pools) != 1:
         return Resolution(row, None, either, None, recipe, limits)
