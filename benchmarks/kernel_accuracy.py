@@ -13,6 +13,10 @@ Size bands are by the naive roofline time of the kernel (a property of the shape
 measurement): < 5 µs, 5–50 µs, 50–500 µs, ≥ 500 µs.
 
     python benchmarks/kernel_accuracy.py [--framework trtllm] [--device h100-sxm ...] [--json]
+    python benchmarks/kernel_accuracy.py --cross-format --family moe   # which fit a format borrows
+
+``--cross-format``: within each device, every measured format priced by every other fit of its op
+family at its own bytes and rate (the derived path of a format with no fit of its own).
 
 TensorRT-LLM's ``fp8_static`` GEMM rows are derived (the ``fp8`` row minus ``ComputeScale``), not
 measured, and are left out.
@@ -111,6 +115,28 @@ def transfer(src: str, dst: str, framework: str, only: set[str] | None):
     return out
 
 
+def cross_format(device_name: str, framework: str, only: set[str] | None):
+    """Within one device, each measured (class, format) priced by every other fit of the same op
+    family at its own bytes and rate — the derived path a format without a fit of its own takes
+    (perfcast.perf.calibrated.Calibration.lookup) — so that which fit borrows best (the same
+    kernel in another format, or another kernel in the same format) is measured, not assumed."""
+    device = get_device(device_name)
+    picked = [s for s in samples(find_database(device_name, framework=framework))
+              if (not only or FAMILY[s.cls.name] in only) and peaks(device, s.cls, s.variant)
+              and (s.cls.name, s.variant) not in DERIVED]
+    fits = {(s.cls.name, s.variant): fit_sample(s, device) for s in picked}
+    out = []
+    for s in picked:
+        for (cls, variant), fit in fits.items():
+            if fit is None or (cls, variant) == (s.cls.name, s.variant) or FAMILY[cls] != FAMILY[s.cls.name]:
+                continue
+            signed = predict(fit, s, device) / s.latency_s - 1
+            out.append({"device": device_name, "target": f"{s.cls.name}/{s.variant}", "fit": f"{cls}/{variant}",
+                        "rows": int(len(s)), "median": float(np.median(np.abs(signed))),
+                        "signed_median": float(np.median(signed))})
+    return out
+
+
 def band_summary(rows):
     """Median error per op family, dtype (variant) and size band, over all devices."""
     cells: dict[tuple, dict[str, list]] = {}
@@ -139,9 +165,21 @@ def main(argv=None) -> int:
     ap.add_argument("--device", action="append", choices=DEVICES, help="devices (default: all seven)")
     ap.add_argument("--family", action="append", help="only these op families (gemm, attention, moe, ...)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--cross-format", action="store_true",
+                    help="instead: each measured format priced by every other fit of its op family on the same device")
     a = ap.parse_args(argv)
     only = set(a.family) if a.family else None
     t0 = time.perf_counter()
+    if a.cross_format:
+        pairs = [r for d in (a.device or DEVICES) for r in cross_format(d, a.framework, only)]
+        if a.json:
+            json.dump(pairs, sys.stdout, indent=2)
+            print()
+        else:
+            for r in pairs:
+                print(f"{r['device']:14s} {r['target']:28s} <- {r['fit']:28s} {r['rows']:6d} rows  median "
+                      f"{r['median']:6.1%}  signed {r['signed_median']:+6.1%}")
+        return 0
     rows = [r for d in (a.device or DEVICES) for r in rows_for(d, a.framework, only)]
     moved = transfer("h100-sxm", "h200-sxm", a.framework, only) if not a.device or {"h100-sxm", "h200-sxm"} <= set(a.device) else []
     ultra = transfer("gb200", "gb300", a.framework, only) if not a.device or {"gb200", "gb300"} <= set(a.device) else []

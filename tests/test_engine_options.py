@@ -69,10 +69,74 @@ def test_the_experts_are_priced_by_the_trtllm_backends_own_fit_exactly():
     assert any("moe.trtllm_gen/fp4 ×" in n for n in gen.notes)
 
 
-def test_a_device_without_the_backends_table_takes_the_default_fit_labelled_derived():
-    b300 = _step("b300-sxm")
-    assert any("moe.trtllm_gen/fp4 derived from moe/fp4" in n for n in b300.notes)
-    assert {lt.result.source.value for lt in _experts(b300)} == {"derived"}
+@pytest.mark.parametrize("device, kin", [("b300-sxm", "b200-sxm"), ("gb300", "gb200")])
+def test_a_device_without_the_backends_table_borrows_its_predecessors_fit_labelled_derived(device, kin):
+    # calibration.classes_from: the trtllm-gen kernels were measured on Blackwell only; Blackwell
+    # Ultra takes its predecessor's fit at its own peaks (not its own CUTLASS NVFP4 fit), derived
+    step = _step(device)
+    lt = _experts(step)[0]
+    cls, shape = classify(lt.leaf)
+    assert get_device(device).spec.calibration.classes_from == {"moe.trtllm_gen": kin}
+    cal = load_calibration_file(profiles_dir().parent.parent / "hardware" / "calibration" / kin /
+                                "trtllm-1.3.0rc20.yaml")
+    dev = get_device(device)
+    want = to_fit(cal.fits["moe.trtllm_gen/fp4"]).time(cls.work(shape, dev.spec.datasheet.compute_units),
+                                                       dev.spec.datasheet.matrix_flops_per_s["fp4"],
+                                                       dev.spec.datasheet.hbm_bandwidth_bytes_per_s)
+    assert float(lt.result.time_s) == pytest.approx(float(want), rel=1e-12)
+    assert {lt.result.source.value for lt in _experts(step)} == {"derived"}
+    assert any(f"fit on {kin} measurements, borrowed for {device} (device spec calibration.classes_from: its own "
+               f"measured tables have no moe.trtllm_gen)): moe.trtllm_gen/fp4 ×" in " ".join(n.split()) for n in step.notes)
+    # the device's own classes stay its own
+    assert any(f"fit on {device} measurements): " in n for n in step.notes)
+
+
+def test_a_class_lender_must_name_a_kernel_class_and_a_known_device():
+    from perfcast.hardware.device import Device
+    from perfcast.ir import UserError
+    from perfcast.perf.calibrated import kernel_calibration
+
+    dev = get_device("b300-sxm")
+
+    def lending(classes_from):
+        cal = dev.spec.calibration.model_copy(update={"classes_from": classes_from})
+        return Device(dev.spec.model_copy(update={"calibration": cal}), dev.path)
+
+    with pytest.raises(SpecError, match="device b300-sxm: calibration.classes_from: 'moe.fastest' is not a kernel "
+                                        "class"):
+        kernel_calibration(lending({"moe.fastest": "b200-sxm"}), "trtllm")
+    with pytest.raises(UserError, match="b250"):
+        kernel_calibration(lending({"moe.trtllm_gen": "b250"}), "trtllm")
+    # and a source, like every number of a device spec
+    from perfcast.hardware.spec import Calibration
+    data = dev.spec.calibration.model_dump()
+    del data["sources"]["classes_from.moe.trtllm_gen"]
+    with pytest.raises(ValueError, match="classes_from.moe.trtllm_gen"):
+        Calibration.model_validate(data)
+
+
+def test_block_fp8_experts_take_the_backends_nvfp4_fit_at_their_own_bytes_and_rate():
+    # the trtllm-gen block-FP8 runner has no measured table: its own class's NVFP4 fit prices it at
+    # block-FP8's bytes and FP8 rate, labelled derived — not the default backend's DeepGEMM fit
+    fp8 = simulate(Request(load_model_config("deepseek-v3"), get_device("b200-sxm"), engine="trtllm", decode=True,
+                           engine_options=TRTLLM_MOE, layout=Layout(tp=8), num_queries=32, context_length=1500))
+    lt = _experts(fp8)[0]
+    cls, shape = classify(lt.leaf)
+    assert cls is MOE_TRTLLM_GEN and cls.variant(shape) == "fp8_block"
+    assert dict(cls.siblings) == {"fp8_block": ("fp4",)}
+    cal = load_calibration_file(profiles_dir().parent.parent / "hardware" / "calibration" / "b200-sxm" /
+                                "trtllm-1.3.0rc20.yaml")
+    dev = get_device("b200-sxm")
+    want = to_fit(cal.fits["moe.trtllm_gen/fp4"]).time(cls.work(shape, dev.spec.datasheet.compute_units),
+                                                       dev.spec.datasheet.matrix_flops_per_s["fp8"],
+                                                       dev.spec.datasheet.hbm_bandwidth_bytes_per_s)
+    assert float(lt.result.time_s) == pytest.approx(float(want), rel=1e-12)
+    assert lt.result.source.value == "derived"
+    assert any("moe.trtllm_gen/fp8_block derived from moe.trtllm_gen/fp4" in n for n in fp8.notes)
+    # the default backend (no trtllm-gen kernels) keeps its own block-FP8 fit
+    cutlass = simulate(Request(load_model_config("deepseek-v3"), get_device("b200-sxm"), engine="trtllm", decode=True,
+                               layout=Layout(tp=8), num_queries=32, context_length=1500))
+    assert any("moe/fp8_block ×" in n for n in cutlass.notes)
 
 
 def test_the_profiling_model_reads_the_backends_table_or_says_it_has_none():

@@ -147,13 +147,18 @@ class Calibration(_Strict):
     #: a device without measured kernels of its own prices kernel classes with this device's
     #: fitted fractions of peak (at its own peaks), and says so
     kernels_from: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")] | None = None
+    #: kernel class → the device whose fits of it price this one where its own measured tables
+    #: have none of that class (at this device's peaks, labelled derived), e.g. a kernel the
+    #: profiling campaign ran on the previous generation only
+    classes_from: dict[Annotated[str, Field(strict=True, pattern=r"^[a-z][a-z0-9_.]*$")],
+                       Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9.-]*$")]] = {}
     sources: dict[str, Text]
 
     @model_validator(mode="after")
     def _sourced(self):
         needed = {"kernel_static_latency_s"} | {
             f"efficiency.{k}" for k, v in self.efficiency if v is not None} | (
-            {"kernels_from"} if self.kernels_from else set())
+            {"kernels_from"} if self.kernels_from else set()) | {f"classes_from.{c}" for c in self.classes_from}
         _check_sources(needed, self.sources)
         return self
 

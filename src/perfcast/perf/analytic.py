@@ -85,7 +85,9 @@ class AnalyticPerformanceModel(PerformanceModel):
             else exact(cls.bandwidth_of(d))
         time, breakdown = self.calibration.price(fit_key, cls, shape, fit, rate, bw)
         label = key if fit_key == key else f"{key} derived from {fit_key}"
-        source = Provenance.ANALYTIC if fit_key == key else Provenance.DERIVED
+        # another format's fit, or another device's fit of a class this device's tables lack
+        own = fit_key == key and not self.calibration.borrowed(fit_key)
+        source = Provenance.ANALYTIC if own else Provenance.DERIVED
         return Result(time, source, breakdown, (f"calibrated {label} ({self.calibration.source_of(fit_key)})",),
                       includes_launch=True)
 

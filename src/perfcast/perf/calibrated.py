@@ -21,8 +21,9 @@ import sympy
 from perfcast.hardware.calibration import (_PREFERENCE, CalibrationFile, FitSpec, calibration_files,
                                            check_device, find_calibration, load_calibration_file)
 from perfcast.hardware.device import Device, exact
+from perfcast.hardware.spec import SpecError
 from perfcast.ir import Leaf
-from perfcast.perf.kernel_classes import NEAREST, KernelClass, Shape, classify
+from perfcast.perf.kernel_classes import CLASSES, NEAREST, KernelClass, Shape, classify
 from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 
@@ -42,6 +43,9 @@ class KernelCalibration:
     units: int  # compute units the fits count work against (the lender's when borrowed)
     lender: str | None = None  # the device whose fits these are, when borrowed
     others: tuple[CalibrationFile, ...] = ()  # the same device's other engines, for classes this one lacks
+    #: kernel class → (another device's calibration of this framework, its compute units): the
+    #: device spec's ``calibration.classes_from``, for a class none of this device's files fit
+    kin: dict[str, tuple[CalibrationFile, int]] = field(default_factory=dict)
     _fits: dict[str, KernelFit] = field(default_factory=dict)
     _from: dict[str, CalibrationFile] = field(default_factory=dict)
     _functions: dict[str, tuple] = field(default_factory=dict)
@@ -54,6 +58,9 @@ class KernelCalibration:
         """Whose fits ``cal`` holds; for another engine's fit of ``key``, why this engine's own is
         missing (its tables have none, or its table was rejected, with the reason)."""
         own = f"{cal.framework} {cal.version} fit on {cal.device} measurements"
+        if key is not None and self._kin(key) is cal:
+            return own + (f", borrowed for {self.device.name} (device spec calibration.classes_from: its own "
+                          f"measured tables have no {key.split('/', 1)[0]})")
         if cal is not self.file:
             why = self.file.rejected.get(key) if key is not None else None
             own += f"; {self.file.framework} {self.file.version}'s " + (
@@ -67,25 +74,38 @@ class KernelCalibration:
         """The class's fit from this engine's calibration, else from the device's other engines
         (in the order trtllm, vllm, sglang; the note names which)."""
         if key not in self._fits:
-            for cal in (self.file, *self.others):
+            kin = self._kin(key)
+            for cal in (self.file, *self.others, *((kin,) if kin is not None else ())):
                 if key in cal.fits:
                     self._fits[key], self._from[key] = to_fit(cal.fits[key]), cal
                     break
         return self._fits.get(key)
 
+    def _kin(self, key: str) -> CalibrationFile | None:
+        """The other device's calibration that fits ``key``'s class for this one, if the device
+        spec names one (``calibration.classes_from``)."""
+        got = self.kin.get(key.split("/", 1)[0])
+        return got[0] if got else None
+
+    def borrowed(self, key: str) -> bool:
+        """Whether the fit ``key`` is another device's, taken for a class this device's tables lack."""
+        return self.fit(key) is not None and self._from[key] is self._kin(key)
+
     def lookup(self, leaf: Leaf) -> tuple[str, KernelClass, Shape, KernelFit, str] | None:
         """(the leaf's key, its class, shape, the fit that prices it, that fit's key). A format
         this calibration has no fit for takes the nearest fit whose kernel does the same work
-        (:data:`perfcast.perf.kernel_classes.NEAREST`), at the format's own bytes and rate: the
-        two keys then differ and the result is labelled derived."""
+        (:data:`perfcast.perf.kernel_classes.NEAREST`, then the class's own ``siblings``, then
+        its fallback class's), at the format's own bytes and rate: the two keys then differ and
+        the result is labelled derived."""
         got = classify(leaf)
         if got is None:
             return None
         cls, shape = got
         variant = cls.variant(shape)
         key = f"{cls.name}/{variant}"
+        own = dict(cls.siblings).get(variant, ())
         for name in (cls.name, *((cls.fallback,) if cls.fallback else ())):
-            for alt in (variant, *NEAREST.get(variant, ())):
+            for alt in (variant, *NEAREST.get(variant, ()), *(own if name == cls.name else ())):
                 fit = self.fit(f"{name}/{alt}")
                 if fit is not None:
                     return key, cls, shape, fit, f"{name}/{alt}"
@@ -93,7 +113,8 @@ class KernelCalibration:
 
     def price(self, key: str, cls: KernelClass, shape: Shape, fit: KernelFit, rate, bandwidth):
         """(time, breakdown) of one kernel: exact numbers, or opaque applications."""
-        work = cls.work(shape, self.units)
+        kin = self.kin.get(key.split("/", 1)[0]) if self.borrowed(key) else None
+        work = cls.work(shape, kin[1] if kin else self.units)
         items = sorted(fit.item_s)
         axes = list(fit.residual.axes) if fit.residual is not None else []
         args = [work.flops, work.bytes, rate, bandwidth, *(work.items[i] for i in items),
@@ -187,7 +208,17 @@ def kernel_calibration(device: Device, framework: str | None = None,
         return None
     others = tuple(load_calibration_file(p) for p in calibration_files(name) if p != path)
     others = tuple(sorted(others, key=lambda c: _PREFERENCE.get(c.framework, 9)))
-    return KernelCalibration(device, cal, path, units, lender, others)
+    kin = {}
+    for cls_name, other in owner.spec.calibration.classes_from.items():
+        if cls_name not in CLASSES:
+            raise SpecError(f"device {owner.name}: calibration.classes_from: {cls_name!r} is not a kernel class "
+                            f"(expected one of {', '.join(sorted(CLASSES.keys()))})")
+        kin_path = find_calibration(_device(other).name, cal.framework)  # an unknown device: its own error
+        if kin_path is not None:
+            kin_cal = load_calibration_file(kin_path)
+            check_device(kin_cal, kin_path, other)
+            kin[cls_name] = (kin_cal, _device(other).spec.datasheet.compute_units)
+    return KernelCalibration(device, cal, path, units, lender, others, kin)
 
 
 def _device(name: str) -> Device:

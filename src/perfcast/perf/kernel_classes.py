@@ -73,6 +73,9 @@ class KernelClass:
     cells: tuple[tuple[float, float], tuple[float, float]] = ((CELL_LOG2, 0.0), (CELL_LOG2, 0.0))
     #: the class whose fits price a format this one has no fit of (labelled derived)
     fallback: str | None = None
+    #: (format, the formats of this class's own kernels that price it, in order): tried, at the
+    #: format's own bytes and rate and labelled derived, before the fallback class
+    siblings: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def bandwidth_of(self, device) -> float | None:
         """HBM bandwidth, or for a collective class one device's links summed (per direction, the
@@ -259,10 +262,17 @@ MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work
 #: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing,
 #: FC1 with the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the
 #: same work, its own kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency``
-#: rows, table ``GroupedMatMulMinLatency``). A format it has no measured table of (its block-FP8
-#: runner) is priced by the default backend's fit of that format.
+#: rows, table ``GroupedMatMulMinLatency``). Its block-FP8 runner (fp8_block_scale_moe_runner, the
+#: same trtllm-gen pipeline as the NVFP4 one) has no measured table: it is priced by this class's
+#: NVFP4 fit at block-FP8's own bytes and rate, labelled derived. Where both could be checked the
+#: kernel family carries over better than the format: on B200 the NVFP4 CUTLASS fit prices the
+#: measured trtllm-gen NVFP4 rows 62 % off (median, +60 % signed), the per-tensor-FP8 CUTLASS fit
+#: 34 %, the block-FP8 DeepGEMM fit 45 % (+32 %), while a CUTLASS fit of another format prices
+#: CUTLASS's own FP8 rows 9–31 % off (``benchmarks/kernel_accuracy.py --cross-format``). Any
+#: other format falls back to the default backend's fit of that format.
 MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
-                                       lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe"))
+                                       lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
+                                       siblings=(("fp8_block", ("fp4",)),)))
 
 
 # Latent (MLA) attention -----------------------------------------------------------------------
