@@ -391,3 +391,27 @@ def test_serve_takes_the_cuda_graph_capture_size_too():
     graphs = compile_step(Deployment("llama-3.1-8b", "h100-sxm", "trtllm"), max_tokens=256)
     assert eager.host_floor_s(True, 8) > 0 == graphs.host_floor_s(True, 8)
     assert eager.step_s(Mix(8, 8 * 512)) > graphs.step_s(Mix(8, 8 * 512))
+
+
+def test_the_figures_that_choose_the_trtllm_backends_fits_are_the_benchmarks():
+    """The evidence docs/design/engines.md, calibration.md and the B300/GB300 specs quote for
+    pricing the TRTLLM backend by its own kernel family and by its predecessor device:
+    ``benchmarks/kernel_accuracy.py --cross-format`` and its cross-device transfer (MoE family)."""
+    import runpy
+    from pathlib import Path
+
+    import perfcast
+
+    bench = runpy.run_path(str(Path(perfcast.__file__).parents[2] / "benchmarks" / "kernel_accuracy.py"))
+    pairs = {(r["device"], r["target"], r["fit"]): (round(r["median"] * 100, 1), round(r["signed_median"] * 100, 1))
+             for d in ("b200-sxm", "gb200") for r in bench["cross_format"](d, "trtllm", {"moe"})}
+    assert pairs["b200-sxm", "moe.trtllm_gen/fp4", "moe/fp4"] == (62.0, 60.0)
+    assert pairs["gb200", "moe.trtllm_gen/fp4", "moe/fp4"] == (55.5, 51.6)
+    assert pairs["b200-sxm", "moe.trtllm_gen/fp4", "moe/fp8_block"] == (44.5, 31.8)
+    assert pairs["b200-sxm", "moe.trtllm_gen/fp4", "moe/fp8"][0] == 33.7
+    assert pairs["b200-sxm", "moe/fp8", "moe/bf16"][0] == 9.2 and pairs["b200-sxm", "moe/fp8", "moe/fp4"][0] == 31.4
+    for src, dst, lo, hi in (("b200-sxm", "b300-sxm", 3.9, 13.0), ("gb200", "gb300", 2.8, 13.7)):
+        medians = [round(r["model"]["median"] * 100, 1) for r in bench["transfer"](src, dst, "trtllm", {"moe"})]
+        assert (min(medians), max(medians)) == (lo, hi)
+    (gen,) = [r for r in bench["transfer"]("b200-sxm", "gb200", "trtllm", {"moe"}) if r["class"] == "moe.trtllm_gen"]
+    assert round(gen["model"]["median"] * 100, 1) == 15.8
