@@ -14,9 +14,12 @@ measurement): < 5 µs, 5–50 µs, 50–500 µs, ≥ 500 µs.
 
     python benchmarks/kernel_accuracy.py [--framework trtllm] [--device h100-sxm ...] [--json]
     python benchmarks/kernel_accuracy.py --cross-format --family moe   # which fit a format borrows
+    python benchmarks/kernel_accuracy.py --windowed                    # sliding-window decode rows
 
 ``--cross-format``: within each device, every measured format priced by every other fit of its op
 family at its own bytes and rate (the derived path of a format with no fit of its own).
+``--windowed``: the measured sliding-window decode rows (no fit is made with them), priced by the
+full-attention fit with the window capping the cache read.
 
 TensorRT-LLM's ``fp8_static`` GEMM rows are derived (the ``fp8`` row minus ``ComputeScale``), not
 measured, and are left out.
@@ -137,6 +140,36 @@ def cross_format(device_name: str, framework: str, only: set[str] | None):
     return out
 
 
+def windowed(device_name: str, framework: str):
+    """The measured sliding-window decode rows (``window`` > 0, which no fit is made with:
+    perfcast.db.calibrate leaves them out) priced by the full-attention fit of their variant, the
+    window capping the cache the kernel reads (perfcast.perf.kernel_classes.generation_work)."""
+    from perfcast.db import calibrate
+
+    device = get_device(device_name)
+    root = find_database(device_name, framework=framework)
+    fits = {s.variant: fit_sample(s, device) for s in samples(root) if s.cls.name == "attention.generation"}
+    full_rows = calibrate._rows
+
+    def window_rows(df, table, cls_name):
+        if cls_name == "attention.generation":
+            return df[(df["window"] > 0) & (df["q_len"] == 1)]
+        return full_rows(df, table, cls_name)
+
+    calibrate._rows = window_rows
+    try:
+        picked = [s for s in samples(root) if s.cls.name == "attention.generation" and fits.get(s.variant)]
+    finally:
+        calibrate._rows = full_rows
+    out = []
+    for s in picked:
+        signed = predict(fits[s.variant], s, device) / s.latency_s - 1
+        out.append({"device": device_name, "variant": s.variant, "rows": int(len(s)),
+                    "median": float(np.median(np.abs(signed))), "p90": float(np.percentile(np.abs(signed), 90)),
+                    "signed_median": float(np.median(signed))})
+    return out
+
+
 def band_summary(rows):
     """Median error per op family, dtype (variant) and size band, over all devices."""
     cells: dict[tuple, dict[str, list]] = {}
@@ -167,9 +200,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--cross-format", action="store_true",
                     help="instead: each measured format priced by every other fit of its op family on the same device")
+    ap.add_argument("--windowed", action="store_true",
+                    help="instead: the sliding-window decode rows, priced by the full-attention fit")
     a = ap.parse_args(argv)
     only = set(a.family) if a.family else None
     t0 = time.perf_counter()
+    if a.windowed:
+        got = [r for d in (a.device or DEVICES) for r in windowed(d, a.framework)]
+        if a.json:
+            json.dump(got, sys.stdout, indent=2)
+            print()
+        else:
+            for r in got:
+                print(f"{r['device']:14s} {r['variant']:14s} {r['rows']:6d} window rows  median {r['median']:6.1%}  "
+                      f"p90 {r['p90']:6.1%}  signed {r['signed_median']:+6.1%}")
+        return 0
     if a.cross_format:
         pairs = [r for d in (a.device or DEVICES) for r in cross_format(d, a.framework, only)]
         if a.json:

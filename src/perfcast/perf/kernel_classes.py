@@ -209,8 +209,24 @@ def _pairs_numeric(q, kv, window):
     return np.where(np.isinf(w), full, capped * past + capped * (capped + 1) / 2 + (q - capped) * w)
 
 
+def _windowed(kv, window):
+    """The cached tokens one new token attends: all ``kv``, or the last ``window`` of a
+    sliding-window layer (perfcast.ir.rules.attended_keys)."""
+    if window is None:
+        return kv
+    if isinstance(window, np.ndarray) or isinstance(kv, np.ndarray):
+        w = np.asarray(window, dtype=float)
+        return np.where(w > 0, np.minimum(kv, np.where(w > 0, w, 1.0)), kv)
+    return _min(kv, window) if window else kv
+
+
 def generation_work(s: Shape, units: int) -> KernelWork:
-    b, h, hk, kv = s["batch"], s["heads"], s["kv_heads"], s["kv_len"]
+    """One new token per sequence over its cache: a sliding-window layer reads only the window —
+    TensorRT-LLM's decode kernels over a cyclic window cache, FlashAttention's ``window_size``;
+    the measured window-128 rows stay flat from a 128- to a 131,072-token cache (aiconfigurator-
+    core 0.12.0 generation_attention_perf, window_size column)."""
+    b, h, hk = s["batch"], s["heads"], s["kv_heads"]
+    kv = _windowed(s["kv_len"], s.get("window"))
     d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
     group = h / hk
     xqa = (group >= XQA_GROUPS[0]) & (group <= XQA_GROUPS[1]) if isinstance(group, np.ndarray) else \
