@@ -55,6 +55,17 @@ def test_a_row_the_replay_refuses_says_why_in_the_rows_and_the_report(cases, tmp
 def test_rows_the_replay_cannot_take_say_why(cases):
     dis = next(c for c in cases.values() if c.mode == "disagg" and c.predictable and not c.decode_workers)
     assert "not stated" in replay(dis).reason
+    # a load too large to simulate within validate (8,192 clients × 8,192 tokens) is refused, not run
+    from perfcast.serving.replay import REPLAY_TOKEN_BUDGET
+
+    big = next(c for c in cases.values() if c.mode == "disagg" and c.predictable and c.decode_workers
+               and c.prefill_workers and c.concurrency and 10 * c.concurrency * c.osl > REPLAY_TOKEN_BUDGET)
+    r, w = replay(big), workload_of(big)
+    assert r.tpot_ms is None and r.closed_form_tpot_ms is None
+    assert r.reason == r.closed_form_reason and r.reason.startswith(
+        f"{w.num_requests:,} requests × {w.output_len.mean:,.0f} output tokens = "
+        f"{w.num_requests * w.output_len.mean:,.0f} simulated tokens, over the validation replay's budget of "
+        f"50,000,000 a row")
     bad = next(c for c in cases.values() if not c.predictable)
     assert replay(bad).reason == bad.reason
 

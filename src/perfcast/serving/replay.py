@@ -37,6 +37,11 @@ from perfcast.serving.workload import Lengths, Workload
 RANGE_RATIO = 0.8
 #: ``--num-prompts $(( $CONC * 10 ))``.
 PROMPTS_PER_CLIENT = 10
+#: The most output tokens one row's replay simulates: about 50 s of the event simulation at its
+#: target of ≥ 1 M simulated tokens/s on one core. The disaggregated rows reach 8,192 clients × 8,192
+#: output tokens, 671 M tokens a row (the stratified sample's replayable ones 2.2 billion together:
+#: its replay ran out of memory); a row over the budget gets no serving figure and says why.
+REPLAY_TOKEN_BUDGET = 50_000_000
 INFERENCEX_CLIENT = ("InferenceMAX's benchmark_serving: input and output lengths uniform in [0.8 L, L], "
                      "10 × concurrency requests, none excluded")
 ASSUMED_CLIENT = ("gap-analysis row: the benchmark client is not stated; replayed as benchmark_serving with "
@@ -113,6 +118,11 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
         disagg = Disagg(replace(deployment_of(case, performance_model), layout=case.prefill_layout),
                         case.prefill_workers, case.decode_workers)
     workload = workload_of(case, seed)
+    tokens = workload.num_requests * workload.output_len.mean
+    if tokens > REPLAY_TOKEN_BUDGET:
+        return _refused(f"{workload.num_requests:,} requests × {workload.output_len.mean:,.0f} output tokens = "
+                        f"{tokens:,.0f} simulated tokens, over the validation replay's budget of "
+                        f"{REPLAY_TOKEN_BUDGET:,} a row (perfcast serve replays such a load on its own)")
     try:
         rep = serve(ServeSpec(deployment_of(case, performance_model), workload,
                               max_batch_size=_max_batch(case),
