@@ -205,25 +205,18 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     only = set(a.family) if a.family else None
     t0 = time.perf_counter()
-    if a.windowed:
-        got = [r for d in (a.device or DEVICES) for r in windowed(d, a.framework)]
+    if a.windowed or a.cross_format:
+        if a.windowed:
+            got = [r for d in (a.device or DEVICES) for r in windowed(d, a.framework)]
+            line = "{device:14s} {variant:14s} {rows:6d} window rows  median {median:6.1%}  p90 {p90:6.1%}"
+        else:
+            got = [r for d in (a.device or DEVICES) for r in cross_format(d, a.framework, only)]
+            line = "{device:14s} {target:28s} <- {fit:28s} {rows:6d} rows  median {median:6.1%}"
         if a.json:
             json.dump(got, sys.stdout, indent=2)
             print()
-        else:
-            for r in got:
-                print(f"{r['device']:14s} {r['variant']:14s} {r['rows']:6d} window rows  median {r['median']:6.1%}  "
-                      f"p90 {r['p90']:6.1%}  signed {r['signed_median']:+6.1%}")
-        return 0
-    if a.cross_format:
-        pairs = [r for d in (a.device or DEVICES) for r in cross_format(d, a.framework, only)]
-        if a.json:
-            json.dump(pairs, sys.stdout, indent=2)
-            print()
-        else:
-            for r in pairs:
-                print(f"{r['device']:14s} {r['target']:28s} <- {r['fit']:28s} {r['rows']:6d} rows  median "
-                      f"{r['median']:6.1%}  signed {r['signed_median']:+6.1%}")
+        for r in () if a.json else got:
+            print(line.format(**r) + f"  signed {r['signed_median']:+6.1%}")
         return 0
     rows = [r for d in (a.device or DEVICES) for r in rows_for(d, a.framework, only)]
     moved = transfer("h100-sxm", "h200-sxm", a.framework, only) if not a.device or {"h100-sxm", "h200-sxm"} <= set(a.device) else []
