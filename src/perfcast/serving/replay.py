@@ -40,7 +40,8 @@ PROMPTS_PER_CLIENT = 10
 #: The most output tokens one row's replay simulates: about 50 s of the event simulation at its
 #: target of ≥ 1 M simulated tokens/s on one core. The disaggregated rows reach 8,192 clients × 8,192
 #: output tokens, 671 M tokens a row (the stratified sample's replayable ones 2.2 billion together:
-#: its replay ran out of memory); a row over the budget gets no serving figure and says why.
+#: its replay processes were killed, most likely out of memory); a row over the budget gets no
+#: serving figure and says why.
 REPLAY_TOKEN_BUDGET = 50_000_000
 INFERENCEX_CLIENT = ("InferenceMAX's benchmark_serving: input and output lengths uniform in [0.8 L, L], "
                      "10 × concurrency requests, none excluded")
