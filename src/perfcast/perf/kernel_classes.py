@@ -73,8 +73,7 @@ class KernelClass:
     cells: tuple[tuple[float, float], tuple[float, float]] = ((CELL_LOG2, 0.0), (CELL_LOG2, 0.0))
     #: the class whose fits price a format this one has no fit of (labelled derived)
     fallback: str | None = None
-    #: (format, the formats of this class's own kernels that price it, in order): tried, at the
-    #: format's own bytes and rate and labelled derived, before the fallback class
+    #: (format, formats of this class's own fits that price it, in order; derived), before the fallback
     siblings: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def bandwidth_of(self, device) -> float | None:
@@ -209,24 +208,14 @@ def _pairs_numeric(q, kv, window):
     return np.where(np.isinf(w), full, capped * past + capped * (capped + 1) / 2 + (q - capped) * w)
 
 
-def _windowed(kv, window):
-    """The cached tokens one new token attends: all ``kv``, or the last ``window`` of a
-    sliding-window layer (perfcast.ir.rules.attended_keys)."""
-    if window is None:
-        return kv
-    if isinstance(window, np.ndarray) or isinstance(kv, np.ndarray):
-        w = np.asarray(window, dtype=float)
-        return np.where(w > 0, np.minimum(kv, np.where(w > 0, w, 1.0)), kv)
-    return _min(kv, window) if window else kv
-
-
 def generation_work(s: Shape, units: int) -> KernelWork:
-    """One new token per sequence over its cache: a sliding-window layer reads only the window —
-    TensorRT-LLM's decode kernels over a cyclic window cache, FlashAttention's ``window_size``;
-    the measured window-128 rows stay flat from a 128- to a 131,072-token cache (aiconfigurator-
-    core 0.12.0 generation_attention_perf, window_size column)."""
-    b, h, hk = s["batch"], s["heads"], s["kv_heads"]
-    kv = _windowed(s["kv_len"], s.get("window"))
+    """One new token per sequence over its cache, or over the last ``window`` tokens of a
+    sliding-window layer (as measured: docs/design/calibration.md, "Sliding-window decode")."""
+    b, h, hk, kv, w = s["batch"], s["heads"], s["kv_heads"], s["kv_len"], s.get("window")
+    if isinstance(w, np.ndarray):
+        kv = np.where(w > 0, np.minimum(kv, np.where(w > 0, w, 1.0)), kv)
+    elif w:
+        kv = _min(kv, w)
     d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
     group = h / hk
     xqa = (group >= XQA_GROUPS[0]) & (group <= XQA_GROUPS[1]) if isinstance(group, np.ndarray) else \
@@ -278,14 +267,9 @@ MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work
 #: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing,
 #: FC1 with the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the
 #: same work, its own kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency``
-#: rows, table ``GroupedMatMulMinLatency``). Its block-FP8 runner (fp8_block_scale_moe_runner, the
-#: same trtllm-gen pipeline as the NVFP4 one) has no measured table: it is priced by this class's
-#: NVFP4 fit at block-FP8's own bytes and rate, labelled derived. Where both could be checked the
-#: kernel family carries over better than the format: on B200 the NVFP4 CUTLASS fit prices the
-#: measured trtllm-gen NVFP4 rows 62 % off (median, +60 % signed), the per-tensor-FP8 CUTLASS fit
-#: 34 %, the block-FP8 DeepGEMM fit 45 % (+32 %), while a CUTLASS fit of another format prices
-#: CUTLASS's own FP8 rows 9–31 % off (``benchmarks/kernel_accuracy.py --cross-format``). Any
-#: other format falls back to the default backend's fit of that format.
+#: rows, table ``GroupedMatMulMinLatency``). Its unmeasured block-FP8 runner takes this class's
+#: NVFP4 fit at its own bytes and rate (derived): the kernel family carries over better than the
+#: format (docs/design/engines.md, "Engine options"); other formats take the default backend's.
 MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                                        lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
                                        siblings=(("fp8_block", ("fp4",)),)))
