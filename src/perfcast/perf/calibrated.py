@@ -213,11 +213,12 @@ def kernel_calibration(device: Device, framework: str | None = None,
         if cls_name not in CLASSES:
             raise SpecError(f"device {owner.name}: calibration.classes_from: {cls_name!r} is not a kernel class "
                             f"(expected one of {', '.join(sorted(CLASSES.keys()))})")
-        kin_path = find_calibration(_device(other).name, cal.framework)  # an unknown device: its own error
+        lender_device = _device(other)  # an unknown device: its own error
+        kin_path = find_calibration(lender_device.name, cal.framework)
         if kin_path is not None:
             kin_cal = load_calibration_file(kin_path)
             check_device(kin_cal, kin_path, other)
-            kin[cls_name] = (kin_cal, _device(other).spec.datasheet.compute_units)
+            kin[cls_name] = (kin_cal, lender_device.spec.datasheet.compute_units)
     return KernelCalibration(device, cal, path, units, lender, others, kin)
 
 

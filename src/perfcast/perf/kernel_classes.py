@@ -213,7 +213,7 @@ def generation_work(s: Shape, units: int) -> KernelWork:
     sliding-window layer (as measured: docs/design/calibration.md, "Sliding-window decode")."""
     b, h, hk, kv, w = s["batch"], s["heads"], s["kv_heads"], s["kv_len"], s.get("window")
     if isinstance(w, np.ndarray):
-        kv = np.where(w > 0, np.minimum(kv, np.where(w > 0, w, 1.0)), kv)
+        kv = np.where(w > 0, np.minimum(kv, w), kv)
     elif w:
         kv = _min(kv, w)
     d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
