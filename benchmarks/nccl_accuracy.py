@@ -20,7 +20,7 @@ GPU Systems - NCCL over HGX-H100 Systems"). Target: median ≤ 10 %.
 
 ``--device gb300`` measures the same way the GB300 rows (2 and 4 GPUs of one NVL72 compute
 tray) on ``gb300-nvl72``, whose NVLink calibration was fitted on the GB200 rows only (held out as
-H200's are); ``--device gb200`` and ``--device b300-sxm`` price the rows their own topologies were
+H200's are); ``--device gb200``, ``--device b300-sxm`` and ``--device b200-sxm`` price the rows their own topologies were
 fitted on (in sample).
 
 Run: ``make bench`` (or ``.venv/bin/python benchmarks/nccl_accuracy.py [--device D] [--database DIR]``).
@@ -43,7 +43,8 @@ TOPOLOGY = "hgx-h200"
 DEVICES = {"h200-sxm": ("hgx-h200", "nvlink tier fitted on H100 rows only; H200 rows held out"),
            "gb300": ("gb300-nvl72", "nvlink tier fitted on GB200 rows only; GB300 rows held out"),
            "gb200": ("gb200-nvl72", "nvlink tier fitted on these GB200 rows (in sample)"),
-           "b300-sxm": ("hgx-b300", "nvlink tier fitted on these B300 rows (in sample)")}
+           "b300-sxm": ("hgx-b300", "nvlink tier fitted on these B300 rows (in sample)"),
+           "b200-sxm": ("hgx-b200", "nvlink tier fitted on these B200 rows (in sample)")}
 OPS = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter"}
 EXTRA = {"all_to_all": "AllToAll"}
 BANDS = (("< 64 KiB", 0, 64 << 10), ("64 KiB–8 MiB", 64 << 10, 8 << 20), ("≥ 8 MiB", 8 << 20, 1 << 62))

@@ -176,3 +176,22 @@ def test_a_calibrated_op_without_protocols_loads(tmp_path):
     (cal,) = next(t for t in load_topology_file(_broken(tmp_path, flat)).tiers
                   if t.name == "nvlink").calibrated("all_reduce")
     assert cal == Calibration(sympy.Rational(1, 2), sympy.Integer(0), sympy.Rational(5, 10**6))
+
+
+def test_b200_fit_prices_its_nccl_rows_and_the_datasheet_alone_does_not():
+    """HGX B200's NVLink tier fitted on the B200 NCCL table (``tools/calibrate_collectives.py
+    --system b200_sxm``), in sample: ``benchmarks/nccl_accuracy.py --device b200-sxm``."""
+    import importlib.util
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "nccl_accuracy.py"
+    spec = importlib.util.spec_from_file_location("nccl_accuracy", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    errs = bench.errors(device="b200-sxm")
+    overall = {k: np.abs(np.concatenate([errs[op][k] for op in bench.OPS])) for k in ("calibrated", "datasheet")}
+    assert len(overall["calibrated"]) == 378
+    assert round(float(np.median(overall["calibrated"])) * 100, 1) == 5.7
+    assert round(float(np.median(overall["datasheet"])) * 100, 1) == 48.9
+    assert {p.protocol for p in nvlink("hgx-b200").calibrated("all_gather")} == {"ll", "simple"}

@@ -86,6 +86,7 @@ SYSTEMS = {
                  {"hgx-h200": "H100 fit applied unchanged: HGX H200 keeps H100's NVLink4 (18 links x 25 GB/s per "
                               "direction) and third-generation NVSwitch chips; H200 rows held out "
                               "(benchmarks/nccl_accuracy.py); "}),
+    "b200_sxm": ("hgx-b200", ("hgx-b200",), "one HGX B200 node", "2/4/8", "B200", {}),
     "b300_sxm": ("hgx-b300", ("hgx-b300",), "one HGX B300 node", "2/4/8", "B300", {}),
     "gb200": ("gb200-nvl72", ("gb200-nvl72", "gb300-nvl72"),
               "one GB200 NVL72 compute tray, through the rack's NVLink switch trays", "2/4", "GB200",
