@@ -167,7 +167,7 @@ def test_the_tables_favour_the_trtllm_kernels_at_decode_sizes_and_cutlass_at_pre
     (["deepseek-v3", "--device", "b200-sxm", "--quantize", "fp4", "--engine-option", "moe_backend=WIDEEP"],
      "--engine-option moe_backend=WIDEEP: expected one of CUTLASS, TRTLLM (engine trtllm's moe_config.backend)"),
     (["deepseek-v3", "--device", "b200-sxm", "--engine-option", "colour=red"],
-     "--engine-option colour=red: engine trtllm has no option 'colour' (its options: moe_backend)"),
+     "--engine-option colour=red: engine trtllm has no option 'colour' (its options: moe_backend, moe_exchange)"),
     (["deepseek-v3", "--device", "b200-sxm", "--engine", "vllm", "--engine-option", "moe_backend=TRTLLM"],
      "--engine-option moe_backend=TRTLLM: engine vllm has no option 'moe_backend' (its options: "
      "moe_mxfp4_activations)"),
@@ -201,7 +201,8 @@ def test_a_rule_naming_an_undeclared_option_value_is_refused(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match=r"mine.yaml: key 'rules.0.option.moe_backend': 'DEEPGEMM' is not a value of "
-                                        r"a declared option \(moe_backend: \['CUTLASS', 'TRTLLM'\]\)$"):
+                                        r"a declared option \(moe_backend: \['CUTLASS', 'TRTLLM'\], moe_exchange: \['auto', "
+                                        r"'all_to_all', 'gather'\]\)$"):
         load_profile_file(path)
 
 

@@ -133,9 +133,10 @@ def test_expert_parallel_within_tp(moe):
     assert single.memory.weights_bytes - r.memory.weights_bytes > experts_bytes // 2  # + attention split
 
 
-def test_attention_data_parallel_dispatch_and_combine(moe):
+@pytest.mark.parametrize("engine, device", [("vllm", "h200-sxm"), ("trtllm", "gb200")])
+def test_attention_data_parallel_dispatch_and_combine(moe, engine, device):
     m = MOE
-    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8)
+    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine=engine, device=device)
     tokens = 2 * 64  # each data-parallel rank: 2 of the 8 sequences
     routed = tokens * m["top_k"] * m["hidden"] * 2
     assert collectives(r) == [("all_to_all", "ep", 4, routed, m["layers"])] * 2
@@ -143,6 +144,22 @@ def test_attention_data_parallel_dispatch_and_combine(moe):
     assert g.cost["flops.matrix"] == 2 * tokens * m["top_k"] * 3 * m["hidden"] * m["inter"]
     assert g.attr("dispatched") is True
     assert any("attention data parallelism" in n for n in r.notes)
+
+
+def test_trtllm_gathers_the_moe_groups_tokens_where_it_runs_no_all_to_all(moe):
+    """TensorRT-LLM on an HGX node (no multi-node NVLink memory): every rank's tokens
+    all-gathered over the MoE group before the experts, their outputs reduce-scattered after
+    (the engine profile's moe_exchange); the expert work is the all-to-all's."""
+    m = MOE
+    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine="trtllm")
+    tokens = 2 * 64
+    everyone = 4 * tokens * m["hidden"] * 2  # the group's tokens, bf16 (the experts are unquantized)
+    assert collectives(r) == [("all_gather", "ep", 4, everyone, m["layers"]),
+                              ("reduce_scatter", "ep", 4, everyone, m["layers"])]
+    assert _grouped(r).cost["flops.matrix"] == 2 * tokens * m["top_k"] * 3 * m["hidden"] * m["inter"]
+    fp8 = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine="trtllm", quantize="fp8")
+    gather = collectives(fp8)[0]
+    assert gather[0] == "all_gather" and gather[3] == everyone // 2  # quantized before the gather: one byte each
 
 
 def test_profiling_model_prices_tp_all_reduce_from_nccl_and_looks_up_ep_grouped_gemm(moe):
@@ -205,7 +222,8 @@ def test_cli_parallel_flags_and_errors(cli, dense):
 
 
 def test_multi_node_data_parallel_axis_crosses_infiniband(moe):
-    r = run(moe, Layout(tp=8, dp=2, ep=16, attention_dp=True), num_queries=4, models=("analytic", "profiling"))
+    r = run(moe, Layout(tp=8, dp=2, ep=16, attention_dp=True), num_queries=4, models=("analytic", "profiling"),
+            engine="vllm")
     assert any("dp: 2 on infiniband" in n and "ep: 8 on nvlink × 2 on infiniband" in n for n in r.notes)
     from perfcast.report.textgen import missed_ops
 
@@ -243,3 +261,22 @@ def test_tied_embedding_is_held_by_the_first_and_last_stage(tmp_path):
     layer = 4 * 256 * 256 + 3 * 256 * 512 + 2 * 256
     # the last stage: one layer, the final norm, and lm_head = the tied embedding (4096 × 256)
     assert r.memory.parameters == layer + 256 + 4096 * 256
+
+
+def test_the_moe_exchange_option_forces_one_and_applies_with_attention_dp_only(moe, cli):
+    """``--engine-option moe_exchange`` (TensorRT-LLM's forced all-to-all method): all_to_all on an
+    HGX node where the engine would gather; one line and exit 2 where it cannot apply; the
+    InferenceX gpt-oss B200 script's MNNVL mapped onto its attention-DP rows (moe_tp 1) only."""
+    from perfcast.inference.recipes import recipe_of
+
+    forced = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine="trtllm",
+                 engine_options=(("moe_exchange", "all_to_all"),))
+    assert [c[0] for c in collectives(forced)] == ["all_to_all", "all_to_all"]
+    for flags in (["--tp-size", "2"], ["--dp-size", "2", "--attention-dp"]):  # no attention DP; moe_tp 2
+        proc = cli("text-generate", str(moe.path), "--engine", "trtllm", "--engine-option", "moe_exchange=gather",
+                   "--num-queries", "4", *flags)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "moe_exchange" in proc.stderr
+    args = ("openai/gpt-oss-120b", "trtllm", "b200_sxm", "fp4", 1024, 1024, 1)
+    assert ("moe_exchange", "all_to_all") in recipe_of(*args, attention_dp=True, moe_tp=1).engine_options
+    assert "moe_exchange" not in dict(recipe_of(*args, attention_dp=True, moe_tp=2).engine_options)
+    assert "moe_exchange" not in dict(recipe_of(*args, attention_dp=False).engine_options)

@@ -17,7 +17,7 @@ import sympy
 from perfcast.capture.mixer_kinds import ATTRS as MIXER_ATTRS
 from perfcast.capture.mixer_kinds import CACHED as MIXER_CACHED
 from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
-from perfcast.capture.quant import QuantPlan, as_plan, record_group
+from perfcast.capture.quant import QuantPlan, as_plan, group_of, record_group
 from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
 
@@ -178,6 +178,8 @@ class _Lowerer:
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
             self.quantize_inputs(rec, kind, metas, inputs, attrs)
+        elif kind == "all_gather" and rec.scalars[2:3] == ("moe_dispatch",):
+            inputs, outputs = self.dispatched(rec, inputs, outputs)
         if kind in ("attention", *MIXER_CACHED) and self.kv_dtype:
             for i in MIXER_CACHED.get(kind, (1, 2)):  # the KV cache is stored (and read) in its own dtype
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, self.kv_dtype)
@@ -202,6 +204,18 @@ class _Lowerer:
             elif i == 0:
                 inputs[i] = Tensor(inputs[i].name, inputs[i].shape, fmt.activation)
         attrs.update(compute_dtype=fmt.compute, quant_format=fmt.kernel)
+
+    def dispatched(self, rec: OpRecord, inputs: list[Tensor], outputs: list[Tensor]):
+        """A MoE layer's gathered tokens in the format its experts read them, quantized before
+        the gather (TensorRT-LLM fused_moe_cutlass.py: ``quantize_input`` then ``allgather``)
+        — but block-scaled FP8, which the grouped GEMM quantizes itself
+        (``use_deepseek_fp8_block_scale``: the gather carries the model dtype)."""
+        fmt = self.quantize.format(rec.module or "", group_of(rec.module or "", experts=True)) \
+            if self.quantize is not None else None
+        if fmt is None or not fmt.native or fmt.scheme.name == "fp8_block":
+            return inputs, outputs
+        return ([Tensor(t.name, t.shape, fmt.activation) for t in inputs],
+                [Tensor(t.name, t.shape, fmt.activation) for t in outputs])
 
     def graph(self, records: list[OpRecord], name: str) -> Graph:
         if self.plan is not None:

@@ -208,13 +208,17 @@ def _tokens_by_hidden(t: TensorMeta) -> tuple[sympy.Expr, sympy.Expr]:
     return t.numel / t.shape[-1], t.shape[-1]
 
 
+#: Marks the all-gather of a MoE group's tokens (lowered in the experts' activation format).
+MOE_DISPATCH = "moe_dispatch"
+
+
 def _collective(kind: str, src: TensorMeta, out_shape, axis: str, group: int, uids: _Uids,
-                module: str, layer, *, in_shape=None) -> OpRecord:
+                module: str, layer, *, in_shape=None, mark: tuple = ()) -> OpRecord:
     tokens, hidden = _tokens_by_hidden(src)
     in_t = TensorMeta(tuple(in_shape) if in_shape else (tokens, hidden), src.dtype, False,
                       src.uid if in_shape is None else uids())
     out_t = TensorMeta(tuple(out_shape), src.dtype, False, src.uid if kind == "all_reduce" else uids())
-    return OpRecord(f"perfcast.{kind}.default", (in_t,), (out_t,), (axis, group), module, layer)
+    return OpRecord(f"perfcast.{kind}.default", (in_t,), (out_t,), (axis, group, *mark), module, layer)
 
 
 def _region(module: str) -> str | None:
@@ -224,9 +228,10 @@ def _region(module: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parallelize(cap: Capture, layout: Layout, cfg: dict) -> Capture:
+def parallelize(cap: Capture, layout: Layout, cfg: dict, exchange: str = "all_to_all") -> Capture:
     """The captured per-rank step with the plan's collectives inserted and the grouped GEMMs
-    told their share of the experts and tokens."""
+    told their share of the experts and tokens. ``exchange``: how an attention-data-parallel
+    MoE group moves its tokens (the engine's :class:`~perfcast.engines.spec.MoeExchange`)."""
     if layout.trivial:
         return cap
     uids = _Uids(cap)
@@ -263,7 +268,7 @@ def parallelize(cap: Capture, layout: Layout, cfg: dict) -> Capture:
                                    region or rec.module, rec.layer, in_shape=(tokens, hidden)))
             pending_gather = None
         if rec.op.startswith("perfcast.moe_experts"):
-            rec = _moe_record(rec, layout, out, uids, experts, top_k)
+            rec = _moe_record(rec, layout, out, uids, experts, top_k, exchange)
         else:
             out.append(rec)
         if rec.module == "model.embed_tokens" and tp > 1 and rec.op.split(".")[1] == "embedding":
@@ -281,7 +286,7 @@ def parallelize(cap: Capture, layout: Layout, cfg: dict) -> Capture:
 
 
 def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids, experts: int,
-                top_k: int) -> OpRecord:
+                top_k: int, exchange: str = "all_to_all") -> OpRecord:
     """The grouped GEMM with its expert and token shares; with attention data parallelism, the
     dispatch all-to-all before it and the combine after (each of the tp ranks of a data-parallel
     rank dispatches 1/tp of its tokens, top-k copies each), then an all-gather over tp.
@@ -292,33 +297,36 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
     the group's token-expert pairs is moe_tp/tp of their own rows — so the dispatched tokens are
     also all-gathered over moe_tp before the GEMMs and the partial sums reduce-scattered after
     (TensorRT-LLM's attention-DP MoE without all-to-all: all-gather + reduce-scatter over the
-    group, tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py)."""
+    group, tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py). ``exchange == "gather"``
+    (moe_tp 1, an engine without its all-to-all on this device): the ep ranks all-gather their
+    1/tp shares before the GEMMs and reduce-scatter the outputs after (``use_allgather`` there)."""
     tp, ep, moe_tp = layout.tp, layout.ep, layout.moe_tp
     share = sympy.Rational(moe_tp, tp) if layout.attention_dp else sympy.Rational(1, ep)
     rec = replace(rec, scalars=(*rec.scalars[:2], ep, share, layout.attention_dp and ep > 1, moe_tp))
     hidden = rec.inputs[0]
     tokens, width = _tokens_by_hidden(hidden)
-    if layout.attention_dp and layout.moe_group > 1:
-        routed = (tokens * top_k / tp, width) if ep > 1 else (tokens / tp, width)
-        gathered = (routed[0] * moe_tp, width)
-        if ep > 1:
-            out.append(_collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer,
-                                   in_shape=routed))
-        if moe_tp > 1:
-            out.append(_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, rec.module, rec.layer,
-                                   in_shape=routed))
+    if not (layout.attention_dp and layout.moe_group > 1):
         out.append(rec)
-        if moe_tp > 1:
-            out.append(_collective("reduce_scatter", rec.outputs[0], routed, "moe_tp", moe_tp, uids, rec.module,
-                                   rec.layer, in_shape=gathered))
-        if ep > 1:
-            out.append(_collective("all_to_all", hidden, routed, "ep", ep, uids, rec.module, rec.layer,
-                                   in_shape=routed))
-        if tp > 1:
-            out.append(_collective("all_gather", rec.outputs[0], (tokens, width), "tp", tp, uids, rec.module,
-                                   rec.layer, in_shape=(tokens / tp, width)))
+        return rec
+    own = (tokens / tp, width)
+    where = (rec.module, rec.layer)
+    if exchange == "gather" and moe_tp == 1:
+        everyone = (tokens / tp * ep, width)
+        before = [_collective("all_gather", hidden, everyone, "ep", ep, uids, *where, in_shape=own, mark=(MOE_DISPATCH,))]
+        after = [_collective("reduce_scatter", rec.outputs[0], own, "ep", ep, uids, *where, in_shape=everyone)]
     else:
-        out.append(rec)
+        routed = (tokens * top_k / tp, width) if ep > 1 else own
+        gathered = (routed[0] * moe_tp, width)
+        def a2a():  # the dispatch, then the combine: one record each
+            return [_collective("all_to_all", hidden, routed, "ep", ep, uids, *where, in_shape=routed)] if ep > 1 else []
+        before = a2a() + ([_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, *where,
+                                       in_shape=routed)] if moe_tp > 1 else [])
+        after = ([_collective("reduce_scatter", rec.outputs[0], routed, "moe_tp", moe_tp, uids, *where,
+                              in_shape=gathered)] if moe_tp > 1 else [])
+        after += a2a()
+    out.extend(before + [rec] + after)
+    if tp > 1:
+        out.append(_collective("all_gather", rec.outputs[0], (tokens, width), "tp", tp, uids, *where, in_shape=own))
     return rec
 
 

@@ -73,7 +73,7 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
     from perfcast.capture.parallel import experts_of
 
     named = dict(options)
-    for key in ("moe_backend", "moe_mxfp4_activations"):  # the routed experts' kernel options
+    for key in ("moe_backend", "moe_mxfp4_activations", "moe_exchange"):  # the routed experts' options
         if key in named and not experts_of(model.data):
             raise UserError(f"--engine-option {key}={named[key]}: {model.name} has no routed experts")
     if quantization is None:

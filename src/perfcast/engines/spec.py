@@ -228,6 +228,22 @@ class CalibrationRef(_Strict):
     reason: Text
 
 
+class MoeExchange(_Strict):
+    """How the devices of one MoE layer exchange tokens under attention data parallelism:
+    ``all_to_all`` — each rank dispatches its routed copies to the experts' ranks and combines
+    their outputs back; ``gather`` — every rank all-gathers all ranks' tokens before the experts
+    (the activations quantized first unless the experts are block-scaled FP8, whose kernel
+    quantizes them) and reduce-scatters the expert outputs after. ``all_to_all_devices`` run the
+    all-to-all, every other device ``default``."""
+
+    default: Literal["all_to_all", "gather"]
+    all_to_all_devices: list[Text] = Field(default_factory=list)
+    sources: Sources
+
+    def method(self, device: str) -> str:
+        return "all_to_all" if device in self.all_to_all_devices else self.default
+
+
 class EngineProfile(_Strict):
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9-]*$")]
     description: Text
@@ -240,7 +256,16 @@ class EngineProfile(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     leftover: Leftover
     scheduler: SchedulerSection | None = None
+    moe_exchange: MoeExchange | None = None  # None: the all-to-all
     options: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], EngineOption] = Field(default_factory=dict)
+
+    def exchange(self, device: str) -> str:
+        """The MoE token exchange on ``device``: the ``moe_exchange`` option where set to other
+        than ``auto``, else the profile's :class:`MoeExchange` (absent: the all-to-all)."""
+        opt = self.options.get("moe_exchange")
+        if opt is not None and opt.value != "auto":
+            return opt.value
+        return self.moe_exchange.method(device) if self.moe_exchange else "all_to_all"
 
     def selects(self, rule) -> bool:
         """Whether ``rule`` applies under the options' values."""

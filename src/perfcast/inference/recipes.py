@@ -146,19 +146,21 @@ def _entries() -> tuple[dict, ...]:
                     or not all(v in choices for v in mb.values()):
                 raise UserError(f"{where}: moe_backend: expected without_attention_dp / with_attention_dp, each one "
                                 f"of engine {e['backend']}'s moe_backend values ({', '.join(choices) or 'none'})")
-        opts = e.get("engine_options")
-        if opts is not None:
+        for key in ("engine_options", "attention_dp_engine_options"):
+            opts = e.get(key)
+            if opts is None:
+                continue
             from perfcast.engines import get_engine
 
             declared = get_engine(e["backend"]).options
             if not isinstance(opts, dict) or not all(k in declared and v in declared[k].choices for k, v in opts.items()):
-                raise UserError(f"{where}: engine_options: expected a mapping of engine {e['backend']}'s options to one "
+                raise UserError(f"{where}: {key}: expected a mapping of engine {e['backend']}'s options to one "
                                 f"of their values ({', '.join(f'{k}: {o.choices}' for k, o in declared.items()) or 'none'})")
     return tuple(entries)
 
 
 def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: int, osl: int,
-              tp: int, attention_dp: bool = False, concurrency: int = 0) -> Recipe | None:
+              tp: int, attention_dp: bool = False, concurrency: int = 0, moe_tp: int = 1) -> Recipe | None:
     """The settings of the campaign's script for this row, or None where none is transcribed.
     SGLang's recv interval is the first of the entry's rules whose ``tp`` and
     ``concurrency_below`` the row meets (the scripts choose it by TP and concurrency)."""
@@ -171,7 +173,8 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             moe = (e.get("moe_backend") or {}).get("with_attention_dp" if attention_dp else "without_attention_dp")
             recv = next((int(x["value"]) for x in e.get("scheduler_recv_interval") or ()
                          if x.get("tp", tp) == tp and concurrency < x.get("concurrency_below", concurrency + 1)), None)
-            options = ((("moe_backend", moe),) if moe else ()) + tuple(sorted((e.get("engine_options") or {}).items()))
+            given = {**(e.get("engine_options") or {}), **((e.get("attention_dp_engine_options") or {}) if attention_dp and moe_tp == 1 else {})}
+            options = ((("moe_backend", moe),) if moe else ()) + tuple(sorted(given.items()))
             graphs = e.get("cuda_graph_max")
             if graphs not in (None, "concurrency"):
                 raise UserError(f"{RECIPES}: cuda_graph_max: expected 'concurrency' (the scripts capture up to "
@@ -205,7 +208,7 @@ def with_recipe(case: Case, precision: str) -> Case:
     transcribe them: the KV-cache dtype (where the row states none), the step token budget, the
     memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
     r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp,
-                  case.layout.attention_dp, case.concurrency or 0)
+                  case.layout.attention_dp, case.concurrency or 0, case.layout.moe_tp)
     if r is None:
         return case
     kv = case.kv_dtype or r.kv_cache_dtype

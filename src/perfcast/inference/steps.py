@@ -169,7 +169,8 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
     exact = [p for p in exact if cache.valid_at(cap, {dim("B"): p[0], dim("C"): p[1]})]
     if not exact:
         return list(points)
-    cap = par.parallelize(cap, layout, model.data)
+    profile = proto.profile()
+    cap = par.parallelize(cap, layout, model.data, profile.exchange(proto.device.name))
     quant = quantization.resolve(proto)
     tied = bool(model.data.get("tie_word_embeddings"))
     layers = range(int(model.data["num_hidden_layers"]))
@@ -180,7 +181,6 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
         for p in points:
             out[p].update({m: StepTime(None, reason=why) for m in models})
         return []
-    profile = proto.profile()
     applied = engines.apply(profile, cap, decode=True, device=proto.device.name,
                             hidden_size=int(model.data["hidden_size"]))
     mesh = proto.mesh()

@@ -87,6 +87,9 @@ class Request:
         profile = self.profile()
         quant = quantization.resolve(self)  # a bad --quantize or quantization_config is one line
         engines.check_options(self.engine_options, self.model, profile, quant.quantization)
+        if "moe_exchange" in dict(self.engine_options) and not (self.layout.attention_dp and self.layout.moe_tp == 1):
+            raise UserError("--engine-option moe_exchange: applies with --attention-dp and --ep-size the MoE group "
+                            "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
         # a quantized linear runs natively or weight-only in the model dtype (capture/quant.py)
         if self.dtype not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {self.dtype} matrix rate "
@@ -296,8 +299,8 @@ def simulate(req: Request) -> Result:
     rank = replace(req, model=replace(req.model, data=par.rank_config(req.model.data, layout))
                    if not layout.trivial else req.model, num_queries=req.sequences_per_micro_batch)
     cap, at, how = step_capture(rank)
-    cap = par.parallelize(cap, layout, req.model.data)
     profile = req.profile()
+    cap = par.parallelize(cap, layout, req.model.data, profile.exchange(req.device.name))
     applied = engines.apply(profile, cap, decode=req.decode, device=req.device.name,
                             hidden_size=int(req.model.data["hidden_size"]))
     t1 = time.perf_counter()

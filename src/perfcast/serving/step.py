@@ -162,7 +162,7 @@ class StepModel:
         layout = dep.layout
         rank = replace(model, data=par.rank_config(model.data, layout)) if not layout.trivial else model
         cap, _ = cache.symbolic_capture(rank, dtype=dep.dtype, decode=decode, context=True, reroll=True)
-        cap = par.parallelize(cap, layout, model.data)
+        cap = par.parallelize(cap, layout, model.data, self.profile.exchange(proto.device.name))
         applied = engines.apply(self.profile, cap, decode=decode, device=proto.device.name,
                                 hidden_size=int(model.data["hidden_size"]))
         if self.stage is not None:   # this stage's layers, as text-generate splits them (par.stages)
