@@ -110,6 +110,10 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
             elif hasattr(setting, "sources"):   # a group of values (SGLang's new_token_ratio, TRT-LLM's batch_wait)
                 sc.add_row(name, ", ".join(f"{k} {v:g}" for k, v in setting if k != "sources"), setting.sources[0])
         console.print(sc)
+    if p.moe_exchange is not None:
+        x = p.moe_exchange
+        where = f"; all-to-all on {', '.join(x.all_to_all_devices)}" if x.all_to_all_devices else ""
+        console.print(f"MoE token exchange under attention DP: {x.default}{where} — {x.sources[0]}", markup=False)
     if p.options:
         ot = Table(title=f"{p.name} options (--engine-option NAME=VALUE; rules marked NAME=VALUE apply under it)")
         for col in ("option", "default", "choices", "engine setting", "source"):
