@@ -157,6 +157,7 @@ def test_trtllm_gathers_the_moe_groups_tokens_where_it_runs_no_all_to_all(moe):
     assert collectives(r) == [("all_gather", "ep", 4, everyone, m["layers"]),
                               ("reduce_scatter", "ep", 4, everyone, m["layers"])]
     assert _grouped(r).cost["flops.matrix"] == 2 * tokens * m["top_k"] * 3 * m["hidden"] * m["inter"]
+    assert any("all-gather the group's tokens over ep 4" in n for n in r.notes)
     fp8 = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine="trtllm", quantize="fp8")
     gather = collectives(fp8)[0]
     assert gather[0] == "all_gather" and gather[3] == everyone // 2  # quantized before the gather: one byte each

@@ -32,8 +32,13 @@ def parallel_notes(req: Request, mesh: Mesh | None) -> list[str]:
     if layout.dp > 1 and not layout.attention_dp:
         notes.append(f"dp {layout.dp}: independent replicas, {math.ceil(req.num_queries / layout.dp)} sequences each")
     if layout.attention_dp:
+        profile = req.profile()
+        moves = (f"all-gather the group's tokens over ep {layout.ep} and reduce-scatter the expert outputs "
+                 f"({profile.name}'s MoE exchange on {req.device.name})"
+                 if profile.exchange(req.device.name) == "gather" and layout.moe_tp == 1 else
+                 f"dispatch top-k token copies over ep {layout.ep} (all-to-all, no de-duplication)")
         notes.append(f"attention data parallelism: each of {layout.dp} ranks runs attention on its own sequences; "
-                     f"MoE layers dispatch top-k token copies over ep {layout.ep} (all-to-all, no de-duplication)")
+                     f"MoE layers {moves}")
     if layout.sequence_parallel:
         notes.append("sequence parallelism: reduce-scatter + all-gather replace each all-reduce; norms between "
                      "blocks are still priced on all tokens (an overestimate of their small cost)")
