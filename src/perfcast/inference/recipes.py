@@ -173,7 +173,9 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             moe = (e.get("moe_backend") or {}).get("with_attention_dp" if attention_dp else "without_attention_dp")
             recv = next((int(x["value"]) for x in e.get("scheduler_recv_interval") or ()
                          if x.get("tp", tp) == tp and concurrency < x.get("concurrency_below", concurrency + 1)), None)
-            given = {**(e.get("engine_options") or {}), **((e.get("attention_dp_engine_options") or {}) if attention_dp and moe_tp == 1 else {})}
+            given = dict(e.get("engine_options") or {})
+            if attention_dp and moe_tp == 1:  # the all-to-all capable layouts
+                given.update(e.get("attention_dp_engine_options") or {})
             options = ((("moe_backend", moe),) if moe else ()) + tuple(sorted(given.items()))
             graphs = e.get("cuda_graph_max")
             if graphs not in (None, "concurrency"):
