@@ -361,6 +361,21 @@ def test_the_vllm_launch_command_sets_the_mxfp4_mxfp8_environment():
     assert argv(())[:2] == ["vllm", "serve"]
 
 
+def test_the_trtllm_launch_command_forces_the_moe_exchange_it_was_priced_with():
+    from perfcast.search.launch import _command
+    from perfcast.search.optimize import SearchSpec
+    from perfcast.serving.types import SLO
+
+    def argv(options, layout=Layout(dp=8, ep=8, attention_dp=True)):
+        spec = SearchSpec("deepseek-v3", ("b200-sxm",), 8, 1024, 1024, SLO(ttft_s=2.0, tpot_s=0.05), engine="trtllm",
+                          engine_options=options)
+        return _command("trtllm", "deepseek-ai/DeepSeek-V3", layout, 64, {}, spec, 0.9, None)[0]
+
+    assert argv((("moe_exchange", "all_to_all"),))[:2] == ["TRTLLM_FORCE_COMM_METHOD=NVLINK_ONE_SIDED", "trtllm-serve"]
+    assert argv((("moe_exchange", "gather"),))[0] == "TRTLLM_FORCE_COMM_METHOD=ALLGATHER"
+    assert argv((("moe_exchange", "auto"),))[0] == argv(())[0] == "trtllm-serve"  # the engine's own choice
+
+
 @pytest.mark.parametrize("flag, mode, says", [
     ("16", "cuda_graph", "graphs captured up to 16 tokens"),
     ("4", "eager", "8 tokens > the largest captured graph, 4"),

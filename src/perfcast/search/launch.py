@@ -25,7 +25,9 @@ Only flags the engines document, each with its source:
   ``--max_num_tokens``, ``--max_seq_len``, ``--kv_cache_free_gpu_memory_fraction``,
   ``--extra_llm_api_options FILE`` (LLM API keys ``enable_attention_dp``,
   ``enable_chunked_prefill``, ``kv_cache_config.dtype``, ``cuda_graph_config``, ``moe_config.backend``
-  (``--engine-option moe_backend``: tensorrt_llm/llmapi/llm_args.py MoeConfig),
+  (``--engine-option moe_backend``: tensorrt_llm/llmapi/llm_args.py MoeConfig), the environment
+  variable ``TRTLLM_FORCE_COMM_METHOD`` (``--engine-option moe_exchange``:
+  tensorrt_llm/_torch/modules/fused_moe/communication/communication_factory.py),
   ``cache_transceiver_config`` for disaggregated serving:
   https://nvidia.github.io/TensorRT-LLM/advanced/disaggregated-service.html). Its attention data
   parallelism runs attention with one rank per request batch (TP 1 inside attention); the
@@ -130,6 +132,11 @@ def launch_files(spec: SearchSpec, p: Point) -> tuple[dict[str, str], list[str]]
     return files, notes
 
 
+#: ``--engine-option moe_exchange`` as TensorRT-LLM's environment forces it (communication_factory.py
+#: ``_create_forced_method``: NVLINK_ONE_SIDED, the all-to-all it tries first; ALLGATHER)
+FORCE_COMM = {"all_to_all": "NVLINK_ONE_SIDED", "gather": "ALLGATHER"}
+
+
 def _inexpressible(engine: str, lay: Layout) -> str | None:
     if engine == "vllm" and lay.ep > 1 and lay.ep != lay.moe_group:
         return f"vLLM's expert parallelism spans every rank of the instance (ep {lay.moe_group}) or is off; ep {lay.ep}"
@@ -183,7 +190,9 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
         if role:
             argv += ["--disaggregation-mode", role]
         return argv, None
-    argv = ["trtllm-serve", repo, "--backend", "pytorch", "--tp_size", str(lay.tp * lay.dp)]
+    force = dict(spec.engine_options).get("moe_exchange", "auto")
+    env = [f"TRTLLM_FORCE_COMM_METHOD={FORCE_COMM[force]}"] if lay.attention_dp and force != "auto" else []
+    argv = [*env, "trtllm-serve", repo, "--backend", "pytorch", "--tp_size", str(lay.tp * lay.dp)]
     if lay.pp > 1:
         argv += ["--pp_size", str(lay.pp)]
     if lay.ep > 1:
