@@ -277,6 +277,11 @@ def test_the_moe_exchange_option_forces_one_and_applies_with_attention_dp_only(m
         proc = cli("text-generate", str(moe.path), "--engine", "trtllm", "--engine-option", "moe_exchange=gather",
                    "--num-queries", "4", *flags)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "moe_exchange" in proc.stderr
+    # a disaggregated run takes it where one pool can: the decode pool here (the prefill pool's moe_tp is 2)
+    proc = cli("serve", str(moe.path), "--engine", "trtllm", "--engine-option", "moe_exchange=gather", "--dp-size", "4",
+               "--ep-size", "4", "--attention-dp", "--disagg", "1p1d", "--prefill-tp-size", "2", "--isl", "64",
+               "--osl", "8", "--concurrency", "4", "--num-requests", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
     args = ("openai/gpt-oss-120b", "trtllm", "b200_sxm", "fp4", 1024, 1024, 1)
     assert ("moe_exchange", "all_to_all") in recipe_of(*args, attention_dp=True, moe_tp=1).engine_options
     assert "moe_exchange" not in dict(recipe_of(*args, attention_dp=True, moe_tp=2).engine_options)

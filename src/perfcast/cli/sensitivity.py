@@ -56,6 +56,9 @@ def run(args) -> int:
     dep = Deployment(args.model, args.device, args.engine, Layout(tp=args.tp_size, ep=args.ep_size),
                      quantize=args.quantize, kv_dtype=args.kv_cache_dtype,
                      engine_options=engine_options(args.engine_option))
+    from perfcast.engines import check_exchange
+
+    check_exchange(dep.engine_options, dep.layout)
     result = sensitivity(SensitivitySpec(dep, args.isl, args.osl, args.concurrency, args.request_rate,
                                          args.max_batch_size, args.solve, args.ttft, args.tpot, args.seed))
     doc = report.sensitivity_json(result)

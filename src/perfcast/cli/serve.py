@@ -272,6 +272,9 @@ def run(args) -> int:
                      engine_options=engine_options(args.engine_option), cuda_graph_max=args.cuda_graph_max_batch_size)
     slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
     dis = _disagg(args, layout)
+    from perfcast.engines import check_exchange
+
+    check_exchange(dep.engine_options, layout, *([dis[0]] if dis else []))
     spec = ServeSpec(dep, _workload(args), max_batch_size=args.max_batch_size, max_num_tokens=args.max_num_tokens,
                      chunked_prefill=args.chunked_prefill, kv_capacity_tokens=args.kv_capacity,
                      speculative=_speculative(args), slo=slo, tier=args.tier,

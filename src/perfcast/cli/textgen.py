@@ -210,7 +210,9 @@ def run(args) -> int:
                    num_devices=args.num_devices, topology=args.topology, images=_images(args),
                    encoder_tp_mode=args.encoder_tp_mode, overlap=transforms, rollup=args.rollup)
     from perfcast.cli.progress import progress
+    from perfcast.engines import check_exchange
 
+    check_exchange(req.engine_options, req.layout)
     with progress(args, f"capturing and pricing {req.model.name}"):  # a first capture takes seconds
         result = simulate(req)
     if args.strict_memory and not result.memory.fits:

@@ -88,6 +88,15 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
                         f"experts, and {model.name}'s experts are {scheme or 'unquantized'} here")
 
 
+def check_exchange(options: tuple[tuple[str, str], ...], *layouts) -> None:
+    """``--engine-option moe_exchange`` where no instance of the deployment (``layouts``: one, or a
+    disaggregated run's two pools) can take it: attention data parallelism with expert parallelism
+    over the whole MoE group (moe_tp 1). An instance that cannot runs as its layout fixes."""
+    if "moe_exchange" in dict(options) and not any(x.attention_dp and x.moe_tp == 1 for x in layouts):
+        raise UserError("--engine-option moe_exchange: applies with --attention-dp and --ep-size the MoE group "
+                        "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
+
+
 def rotates(profile: EngineProfile, phase: str) -> bool:
     return any(isinstance(r, NormRule) and r.across_layers and (not r.phases or phase in r.phases)
                for r in profile.rules)

@@ -87,9 +87,6 @@ class Request:
         profile = self.profile()
         quant = quantization.resolve(self)  # a bad --quantize or quantization_config is one line
         engines.check_options(self.engine_options, self.model, profile, quant.quantization)
-        if "moe_exchange" in dict(self.engine_options) and not (self.layout.attention_dp and self.layout.moe_tp == 1):
-            raise UserError("--engine-option moe_exchange: applies with --attention-dp and --ep-size the MoE group "
-                            "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
         # a quantized linear runs natively or weight-only in the model dtype (capture/quant.py)
         if self.dtype not in (*self.device.spec.datasheet.matrix_flops_per_s, "fp32"):
             raise UserError(f"device {self.device.name} has no {self.dtype} matrix rate "
