@@ -18,7 +18,7 @@ from perfcast.capture.mixer_kinds import ATTRS as MIXER_ATTRS
 from perfcast.capture.mixer_kinds import CACHED as MIXER_CACHED
 from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
 from perfcast.capture.quant import QuantPlan, as_plan, group_of, record_group
-from perfcast.capture.types import Capture, OpRecord, TensorMeta, storage_roots
+from perfcast.capture.types import MOE_DISPATCH, Capture, OpRecord, TensorMeta, storage_roots
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
 
 FREE = frozenset({
@@ -178,7 +178,7 @@ class _Lowerer:
         outputs = [self.tensor(f"{name}:out{i}", t) for i, t in enumerate(rec.outputs)]
         if kind in ("matmul", "grouped_matmul"):
             self.quantize_inputs(rec, kind, metas, inputs, attrs)
-        elif kind == "all_gather" and rec.scalars[2:3] == ("moe_dispatch",):
+        elif kind == "all_gather" and rec.scalars[2:3] == (MOE_DISPATCH,):
             inputs, outputs = self.dispatched(rec, inputs, outputs)
         if kind in ("attention", *MIXER_CACHED) and self.kv_dtype:
             for i in MIXER_CACHED.get(kind, (1, 2)):  # the KV cache is stored (and read) in its own dtype

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from perfcast.capture.types import Capture, LayerGroup, OpRecord, TensorMeta
+from perfcast.capture.types import MOE_DISPATCH, Capture, LayerGroup, OpRecord, TensorMeta
 from perfcast.ir import UserError
 from perfcast.models import architecture
 
@@ -68,6 +68,10 @@ class Layout:
     def moe_tp(self) -> int:
         """Tensor parallelism inside each expert (the MoE group's devices not used by ``ep``)."""
         return self.moe_group // self.ep
+
+    @property
+    def moe_exchange_applies(self) -> bool:  # attention DP, ep the whole MoE group: MoeExchange's layouts
+        return self.attention_dp and self.moe_tp == 1
 
     @property
     def trivial(self) -> bool:
@@ -208,10 +212,6 @@ def _tokens_by_hidden(t: TensorMeta) -> tuple[sympy.Expr, sympy.Expr]:
     return t.numel / t.shape[-1], t.shape[-1]
 
 
-#: Marks the all-gather of a MoE group's tokens (lowered in the experts' activation format).
-MOE_DISPATCH = "moe_dispatch"
-
-
 def _collective(kind: str, src: TensorMeta, out_shape, axis: str, group: int, uids: _Uids,
                 module: str, layer, *, in_shape=None, mark: tuple = ()) -> OpRecord:
     tokens, hidden = _tokens_by_hidden(src)
@@ -286,7 +286,7 @@ def parallelize(cap: Capture, layout: Layout, cfg: dict, exchange: str = "all_to
 
 
 def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids, experts: int,
-                top_k: int, exchange: str = "all_to_all") -> OpRecord:
+                top_k: int, exchange: str) -> OpRecord:
     """The grouped GEMM with its expert and token shares; with attention data parallelism, the
     dispatch all-to-all before it and the combine after (each of the tp ranks of a data-parallel
     rank dispatches 1/tp of its tokens, top-k copies each), then an all-gather over tp.
@@ -308,9 +308,8 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
     if not (layout.attention_dp and layout.moe_group > 1):
         out.append(rec)
         return rec
-    own = (tokens / tp, width)
-    where = (rec.module, rec.layer)
-    if exchange == "gather" and moe_tp == 1:
+    own, where = (tokens / tp, width), (rec.module, rec.layer)
+    if exchange == "gather" and layout.moe_exchange_applies:
         everyone = (tokens / tp * ep, width)
         before = [_collective("all_gather", hidden, everyone, "ep", ep, uids, *where, in_shape=own, mark=(MOE_DISPATCH,))]
         after = [_collective("reduce_scatter", rec.outputs[0], own, "ep", ep, uids, *where, in_shape=everyone)]
@@ -322,8 +321,7 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
         before = a2a() + ([_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, *where,
                                        in_shape=routed)] if moe_tp > 1 else [])
         after = ([_collective("reduce_scatter", rec.outputs[0], routed, "moe_tp", moe_tp, uids, *where,
-                              in_shape=gathered)] if moe_tp > 1 else [])
-        after += a2a()
+                              in_shape=gathered)] if moe_tp > 1 else []) + a2a()
     out.extend(before + [rec] + after)
     if tp > 1:
         out.append(_collective("all_gather", rec.outputs[0], (tokens, width), "tp", tp, uids, *where, in_shape=own))

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
+#: Marks a collective record (scalars after axis and group) as the all-gather of a MoE group's
+#: tokens: the parallel plan writes it, the lowering gives it the experts' activation format.
+MOE_DISPATCH = "moe_dispatch"
+
 
 @dataclass(frozen=True)
 class TensorMeta:

@@ -92,7 +92,7 @@ def check_exchange(options: tuple[tuple[str, str], ...], *layouts) -> None:
     """``--engine-option moe_exchange`` where no instance of the deployment (``layouts``: one, or a
     disaggregated run's two pools) can take it: attention data parallelism with expert parallelism
     over the whole MoE group (moe_tp 1). An instance that cannot runs as its layout fixes."""
-    if "moe_exchange" in dict(options) and not any(x.attention_dp and x.moe_tp == 1 for x in layouts):
+    if "moe_exchange" in dict(options) and not any(x.moe_exchange_applies for x in layouts):
         raise UserError("--engine-option moe_exchange: applies with --attention-dp and --ep-size the MoE group "
                         "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
 

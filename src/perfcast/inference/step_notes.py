@@ -35,7 +35,7 @@ def parallel_notes(req: Request, mesh: Mesh | None) -> list[str]:
         profile = req.profile()
         moves = (f"all-gather the group's tokens over ep {layout.ep} and reduce-scatter the expert outputs "
                  f"({profile.name}'s MoE exchange on {req.device.name})"
-                 if profile.exchange(req.device.name) == "gather" and layout.moe_tp == 1 else
+                 if profile.exchange(req.device.name) == "gather" and layout.moe_exchange_applies else
                  f"dispatch top-k token copies over ep {layout.ep} (all-to-all, no de-duplication)")
         notes.append(f"attention data parallelism: each of {layout.dp} ranks runs attention on its own sequences; "
                      f"MoE layers {moves}")
