@@ -42,6 +42,20 @@ def test_residual_is_bilinear_between_centres_and_flat_beyond():
     assert float(fit.time(w, 1.0, 1e12)) == pytest.approx(2e-6)  # 1 µs × exp(log 2)
 
 
+def test_residual_matches_scipys_regular_grid_interpolator():
+    from scipy.interpolate import RegularGridInterpolator
+
+    rng = np.random.default_rng(0)
+    c1, c2 = (0.0, 1.5, 4.0, 9.0), (-2.0, 3.0, 5.0)
+    grid = rng.normal(size=(4, 3))
+    res = Residual(("a", "b"), (c1, c2), tuple(tuple(row) for row in grid))
+    x1, x2 = 2.0 ** rng.uniform(-3, 12, 500), 2.0 ** rng.uniform(-5, 8, 500)  # inside and beyond
+    ref = RegularGridInterpolator((np.array(c1), np.array(c2)), grid, method="linear")
+    pts = np.stack([np.clip(np.log2(x1), c1[0], c1[-1]), np.clip(np.log2(x2), c2[0], c2[-1])], axis=1)
+    assert np.allclose(res(x1, x2), ref(pts), rtol=0, atol=1e-12)
+    assert res(np.full((2, 3), 4.0), 8.0).shape == (2, 3)  # broadcasts like the interpolator's reshape
+
+
 def test_gemm_work_counts():
     w = CLASSES["gemm"].work({"M": 8.0, "N": 4096.0, "K": 4096.0, "dtype": "bf16"}, 132)
     assert w.flops == 2 * 8 * 4096 * 4096  # 268,435,456

@@ -106,6 +106,30 @@ def _reason(e: Exception) -> str:
     return reason if len(reason) <= 200 else f"{reason[:200]}…"
 
 
+def _import_modeling_utils() -> None:
+    """Import ``transformers.modeling_utils`` without its object-detection losses' scipy.optimize.
+
+    ``modeling_utils`` imports every loss of ``transformers.loss``; six of them import
+    ``scipy.optimize.linear_sum_assignment`` at module level when ``is_scipy_available()`` (a
+    fifth of a second in a new process: scipy.optimize, .sparse, .linalg, .special). A capture
+    computes no loss, so the check reads false for the length of that one import and is restored
+    after it: those losses are left unable to match boxes, nothing else changes. Issue 13's cold
+    start; ``benchmarks/textgen_cold.py`` measures it."""
+    import sys
+
+    if "transformers.modeling_utils" in sys.modules:
+        return
+    import transformers.utils
+    import transformers.utils.import_utils as import_utils
+
+    real = transformers.utils.is_scipy_available
+    transformers.utils.is_scipy_available = import_utils.is_scipy_available = lambda: False
+    try:
+        import transformers.modeling_utils  # noqa: F401
+    finally:
+        transformers.utils.is_scipy_available = import_utils.is_scipy_available = real
+
+
 def build_model(config, dtype: str):
     """The causal LM on the meta device: every parameter has a shape and a dtype, none has
     storage or values (weights are never initialised); its parts in their serving forms
@@ -114,6 +138,7 @@ def build_model(config, dtype: str):
 
     from perfcast.capture import substitutions
 
+    _import_modeling_utils()
     serving.register()
     arch = architecture(config.model_type)
     config = copy.deepcopy(config)

@@ -65,14 +65,22 @@ class Residual:
     log_ratio: tuple[tuple[float, ...], ...]  # [i][j] at (centres[0][i], centres[1][j])
 
     def __call__(self, x1, x2):
-        from scipy.interpolate import RegularGridInterpolator
-
+        # Bilinear on the rectilinear grid of cell centres — what scipy's RegularGridInterpolator
+        # (method="linear") computes, written out with NumPy because importing scipy.interpolate
+        # (with scipy.special and scipy.optimize) costs a new process a quarter of a second, on the
+        # path of every priced step (issue 13's cold start). tests/test_kernel_calibration.py checks
+        # it against RegularGridInterpolator.
         c1, c2 = (np.asarray(c, dtype=float) for c in self.centres)
-        f = RegularGridInterpolator((c1, c2), np.asarray(self.log_ratio, dtype=float), method="linear")
+        grid = np.asarray(self.log_ratio, dtype=float)
         a = np.clip(np.log2(np.maximum(np.asarray(x1, dtype=float), 1e-300)), c1[0], c1[-1])
         b = np.clip(np.log2(np.maximum(np.asarray(x2, dtype=float), 1e-300)), c2[0], c2[-1])
         a, b = np.broadcast_arrays(a, b)
-        return f(np.stack([a.ravel(), b.ravel()], axis=1)).reshape(a.shape)
+        i = np.clip(np.searchsorted(c1, a, side="right") - 1, 0, len(c1) - 2)
+        j = np.clip(np.searchsorted(c2, b, side="right") - 1, 0, len(c2) - 2)
+        u = (a - c1[i]) / (c1[i + 1] - c1[i])
+        v = (b - c2[j]) / (c2[j + 1] - c2[j])
+        return ((1 - u) * (1 - v) * grid[i, j] + u * (1 - v) * grid[i + 1, j]
+                + (1 - u) * v * grid[i, j + 1] + u * v * grid[i + 1, j + 1])
 
 
 @dataclass(frozen=True)
