@@ -18,6 +18,7 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/textgen_cold.py``).
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import resource
 import shutil
@@ -58,6 +59,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     perfcast = [sys.executable, "-m", "perfcast.cli.main"]
+    # where PYTHONDONTWRITEBYTECODE is set, a new process would otherwise compile every module of
+    # this checkout that changed since `make setup` byte-compiled it (an installed package is
+    # byte-compiled when installed)
+    compileall.compile_dir(str(SRC / "perfcast"), quiet=1)
     cache = tempfile.mkdtemp(prefix="perfcast-bench-cache-")
     torch_runs, empty_runs = [], []
     for _ in range(args.repeats):

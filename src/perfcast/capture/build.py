@@ -22,7 +22,7 @@ from torch._guards import SLoc
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-from perfcast.capture import serving, vision_lm
+from perfcast.capture import hf_imports, serving, vision_lm
 from perfcast.capture.record import Recorder, dtype_name, plain, size_expr
 from perfcast.capture.types import Capture, LayerGroup, TensorMeta
 from perfcast.ir import UserError, dim
@@ -80,6 +80,7 @@ def hf_config(model: ModelConfig):
     """The transformers config object of a catalog/path config; errors name the file.
     The config class is looked up for its model type alone (not through AutoConfig, which
     indexes every architecture transformers has)."""
+    hf_imports.models()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from huggingface_hub.errors import StrictDataclassError
@@ -106,30 +107,6 @@ def _reason(e: Exception) -> str:
     return reason if len(reason) <= 200 else f"{reason[:200]}…"
 
 
-def _import_modeling_utils() -> None:
-    """Import ``transformers.modeling_utils`` without its object-detection losses' scipy.optimize.
-
-    ``modeling_utils`` imports every loss of ``transformers.loss``; six of them import
-    ``scipy.optimize.linear_sum_assignment`` at module level when ``is_scipy_available()`` (a
-    fifth of a second in a new process: scipy.optimize, .sparse, .linalg, .special). A capture
-    computes no loss, so the check reads false for the length of that one import and is restored
-    after it: those losses are left unable to match boxes, nothing else changes. Issue 13's cold
-    start; ``benchmarks/textgen_cold.py`` measures it."""
-    import sys
-
-    if "transformers.modeling_utils" in sys.modules:
-        return
-    import transformers.utils
-    import transformers.utils.import_utils as import_utils
-
-    real = transformers.utils.is_scipy_available
-    transformers.utils.is_scipy_available = import_utils.is_scipy_available = lambda: False
-    try:
-        import transformers.modeling_utils  # noqa: F401
-    finally:
-        transformers.utils.is_scipy_available = import_utils.is_scipy_available = real
-
-
 def build_model(config, dtype: str):
     """The causal LM on the meta device: every parameter has a shape and a dtype, none has
     storage or values (weights are never initialised); its parts in their serving forms
@@ -138,7 +115,7 @@ def build_model(config, dtype: str):
 
     from perfcast.capture import substitutions
 
-    _import_modeling_utils()
+    hf_imports.modeling_utils()
     serving.register()
     arch = architecture(config.model_type)
     config = copy.deepcopy(config)

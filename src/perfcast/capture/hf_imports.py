@@ -1,0 +1,82 @@
+"""Importing transformers for a capture without the work a capture does not need.
+
+A new process that captures a model spends most of its time importing (issue 13's cold start:
+within 2× a bare ``python -c "import torch"``, timed by ``benchmarks/textgen_cold.py``). Two of
+transformers' import-time costs buy a capture nothing; each workaround below is scoped to the one
+import it speeds up and changes no object a capture uses.
+
+- :func:`models`: ``transformers/__init__.py`` and ``transformers/models/__init__.py`` each build
+  the lazy import structure of every model folder by reading its files for ``__all__``
+  (``utils.import_utils.create_import_structure_from_path``, about 560 folders). The function is
+  memoised with ``lru_cache(maxsize=128)``, so the second scan finds none of the first's folders
+  left and reads the 1,100 files again (a fifth of a second). While ``transformers.models`` is
+  first imported, the module defining the function is given the same function memoised without a
+  bound: the second scan is served from the first. The function is pure in the files it reads,
+  which do not change under a running process.
+- :func:`modeling_utils`: ``transformers.modeling_utils`` imports every loss of
+  ``transformers.loss``; six import ``scipy.optimize.linear_sum_assignment`` at module level when
+  ``is_scipy_available()`` (scipy.optimize with .sparse, .linalg and .special: a fifth of a
+  second). A capture computes no loss, so the check reads false for the length of that one import
+  and is restored after it: those object-detection losses are left unable to match boxes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+
+_IMPORT_UTILS = "transformers.utils.import_utils"
+
+
+class _UnboundedScanCache(importlib.abc.MetaPathFinder):
+    """Finds ``transformers.utils.import_utils`` as usual and, once it has run, memoises its
+    folder scan without a bound."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _IMPORT_UTILS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            scan = getattr(module, "create_import_structure_from_path", None)
+            if scan is not None and hasattr(scan, "__wrapped__"):  # the lru_cache of transformers 5
+                module.create_import_structure_from_path = functools.lru_cache(maxsize=None)(scan.__wrapped__)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def models() -> None:
+    """Import ``transformers.models`` (and transformers) scanning the model folders once."""
+    if "transformers.models" in sys.modules:
+        return
+    finder = _UnboundedScanCache() if _IMPORT_UTILS not in sys.modules else None
+    if finder is not None:
+        sys.meta_path.insert(0, finder)
+    try:
+        import transformers.models  # noqa: F401
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)
+
+
+def modeling_utils() -> None:
+    """Import ``transformers.modeling_utils`` without the object-detection losses' scipy.optimize."""
+    if "transformers.modeling_utils" in sys.modules:
+        return
+    models()
+    import transformers.utils
+    import transformers.utils.import_utils as import_utils
+
+    real = transformers.utils.is_scipy_available
+    transformers.utils.is_scipy_available = import_utils.is_scipy_available = lambda: False
+    try:
+        import transformers.modeling_utils  # noqa: F401
+    finally:
+        transformers.utils.is_scipy_available = import_utils.is_scipy_available = real
