@@ -116,14 +116,18 @@ def test_logits_only_for_the_last_position_in_prefill(tmp_path):
     assert len(lm) == 1 and lm[0].cost[FLOPS_MATRIX] == 2 * 3 * 256 * 1000
 
 
-def test_moe_balanced_routing_reads_only_used_experts(tmp_path):
-    cap = capture(hf_config(model(tmp_path, TINY_DEEPSEEK)), batch=1, new_tokens=1, past=8, decode=True)
-    moe = [leaf for leaf in _leaves(lower(cap).graph) if leaf.kind == "grouped_matmul"][0]
-    assert moe.attr("routing") == "balanced"
+def test_moe_reads_only_the_experts_its_routing_reaches(tmp_path):
+    cap = capture(hf_config(model(tmp_path, TINY_DEEPSEEK)), batch=3, new_tokens=1, past=8, decode=True)
+    moe, balanced = ([leaf for leaf in _leaves(lower(cap, moe_routing=r).graph) if leaf.kind == "grouped_matmul"][0]
+                     for r in ("random", "balanced"))
+    assert (moe.attr("routing"), balanced.attr("routing")) == ("random", "balanced")
     per_expert = (2 * 64 * 256 + 256 * 64) * 2  # gate_up + down, bf16
-    # 1 token × top-4: 4 of 16 experts' weights are read; 2·T·k·params FLOPs
-    assert moe.cost[FLOPS_MATRIX] == 2 * 1 * 4 * (2 * 64 * 256 + 256 * 64)
-    assert moe.cost[BYTES_HBM] == 4 * per_expert + 2 * 256 * 2 + 4 * 8
+    # 3 tokens × top-4: 2·T·k·params FLOPs either way
+    assert moe.cost[FLOPS_MATRIX] == balanced.cost[FLOPS_MATRIX] == 2 * 3 * 4 * (2 * 64 * 256 + 256 * 64)
+    acts = 3 * (2 * 256 * 2 + 4 * 8)  # tokens in and out, routing indices
+    # balanced: 12 of 16 experts' weights; random: 16·(1 − (12/16)³) = 9.25 of them
+    assert balanced.cost[BYTES_HBM] == 12 * per_expert + acts
+    assert moe.cost[BYTES_HBM] == sympy.Rational(37, 4) * per_expert + acts
 
 
 def test_mla_decode_is_absorbed_and_caches_the_latent(tmp_path):

@@ -19,6 +19,7 @@ from perfcast.capture.mixer_kinds import CACHED as MIXER_CACHED
 from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
 from perfcast.capture.quant import QuantPlan, as_plan, group_of, record_group
 from perfcast.capture.types import MOE_DISPATCH, Capture, OpRecord, TensorMeta, storage_roots
+from perfcast.ir.routing import DEFAULT as DEFAULT_ROUTING
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
 
 FREE = frozenset({
@@ -113,6 +114,7 @@ class _Lowerer:
     free: Counter = field(default_factory=Counter)
     dropped: Counter = field(default_factory=Counter)
     decide_at: dict = field(default_factory=dict)  # dim → value the engine's size decisions use
+    routing: str = DEFAULT_ROUTING  # the MoE routing assumed (perfcast.ir.routing)
 
     def __post_init__(self):
         records = self.capture.records
@@ -300,7 +302,7 @@ def _attention_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
 
 def _moe_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
     top_k, experts = rec.scalars[:2]
-    attrs.update(top_k=int(top_k), num_experts=int(experts), routing="balanced")
+    attrs.update(top_k=int(top_k), num_experts=int(experts), routing=lw.routing)
     if len(rec.scalars) > 2:  # a parallel plan's expert shards, token share and dispatch
         shards, share, dispatched, expert_tp = rec.scalars[2:6]
         attrs.update(expert_shards=int(shards), token_share=sympy.sympify(share), dispatched=bool(dispatched),
@@ -336,17 +338,18 @@ _ATTRS.update(MIXER_ATTRS)
 def lower(capture: Capture, *, quantize: QuantPlan | str | None = None, model_dtype: str = "bf16",
           kv_dtype: str | None = None, fusion: bool = True, point: dict | None = None,
           name: str = "model", plan: Plan | None = None, engine: str | None = None,
-          decide_at: dict | None = None) -> Lowered:
+          decide_at: dict | None = None, moe_routing: str = DEFAULT_ROUTING) -> Lowered:
     """The captured step as ``Graph(prologue…, Loop(count, layer)…, epilogue…)``. ``point``
     (dim → value) evaluates a symbolic capture's sizes while lowering. ``plan`` (an engine
     profile's, :func:`perfcast.engines.apply`) groups each segment's records into the
     engine's kernels instead of ``fusion``'s one rule; its size-dependent choices (all-reduce
     algorithm, token conditions) are taken at ``decide_at`` when the sizes stay symbolic.
     ``quantize``: the step's :class:`~perfcast.capture.quant.QuantPlan`, or a ``--quantize``
-    text (:func:`perfcast.models.quantization.from_flag`)."""
+    text (:func:`perfcast.models.quantization.from_flag`). ``moe_routing``: how routed tokens
+    spread over the experts (:mod:`perfcast.ir.routing`), recorded on every MoE leaf."""
     quantize = as_plan(quantize, model_dtype)
     lw = _Lowerer(capture, quantize, model_dtype, kv_dtype, fusion, dict(point or {}), plan, engine,
-                  decide_at=dict(decide_at or {}))
+                  decide_at=dict(decide_at or {}), routing=moe_routing)
     by_layer: dict[int, list[OpRecord]] = {}
     head, tail = [], []
     for rec in capture.records:

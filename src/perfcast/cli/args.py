@@ -277,6 +277,14 @@ def report_files(args, doc: dict, make, *objs) -> list[str]:
     return [] if getattr(args, "json", False) else [f"wrote {p}" for p in paths]
 
 
+def add_moe_routing(p) -> None:
+    """``--moe-routing``: how the step's routed tokens spread over the experts (perfcast.ir.routing)."""
+    p.add_argument("--moe-routing", choices=("random", "balanced"), default="random",
+                   help="MoE models: how routed tokens spread over the experts — random (default: each token's "
+                        "top-k drawn uniformly and independently, E·(1 − (1 − k/E)^T) experts' weights read) or "
+                        "balanced (as widely as possible, min(E, T·k): the measured MoE tables' balanced rows)")
+
+
 def engine_options(texts) -> tuple[tuple[str, str], ...]:
     """``NAME=VALUE`` texts (``--engine-option``, repeatable) as sorted pairs, one per name."""
     out: dict[str, str] = {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, refuse, report_files,
-                               report_paths, sequences, tokens, written)
+from perfcast.cli.args import (Number, add_moe_routing, add_report_arguments, count, devices, engine_options, refuse,
+                               report_files, report_paths, sequences, tokens, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -73,6 +73,7 @@ def search_flags(p, default_devices: str) -> None:
                    help="a quantization to search (as text-generate's --quantize; 'none' for the model dtype); "
                         "repeat to search several (default: none)")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    add_moe_routing(p)
     p.add_argument("--batch-sizes", metavar="B1,B2,…",
                    help="batch limits per instance rank to search (default 1,2,4,…,512)")
 
@@ -170,6 +171,7 @@ def run(args) -> int:
                       quantize=quantizations(args),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES, sizes=sizes,
                       **_budgets(args.max_num_tokens), dtype=args.dtype, kv_dtype=args.kv_cache_dtype,
+                      moe_routing=args.moe_routing,
                       performance_model=args.performance_model, confirm=args.confirm, seed=args.seed,
                       simulate_all=args.simulate_all)
     from perfcast.cli.progress import progress

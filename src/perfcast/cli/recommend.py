@@ -51,7 +51,8 @@ def run(args) -> int:
                       SLO(ttft_s=args.ttft, tpot_s=args.tpot), engine=args.engine, quantize=quantizations(args),
                       engine_options=engine_options(args.engine_option),
                       batches=_ints(args.batch_sizes, "--batch-sizes", sequences()) or BATCHES,
-                      sizes=tuple(powers_of_two(largest)), kv_dtype=args.kv_cache_dtype, seed=args.seed)
+                      sizes=tuple(powers_of_two(largest)), kv_dtype=args.kv_cache_dtype, seed=args.seed,
+                      moe_routing=args.moe_routing)
     from perfcast.cli.progress import progress
 
     with progress(args, "sizing") as bar:

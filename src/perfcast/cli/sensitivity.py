@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import Number, count, devices, engine_options, sequences
+from perfcast.cli.args import Number, add_moe_routing, count, devices, engine_options, sequences
 
 ENGINES = ("trtllm", "vllm", "sglang")
 
@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--ep-size", type=devices(), default=1, help="expert parallelism")
     p.add_argument("--quantize", metavar="SCHEME", help="as text-generate's --quantize")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    add_moe_routing(p)
     p.add_argument("--isl", type=count(), default=1024, help="input tokens per request (default 1024)")
     p.add_argument("--osl", type=count(), default=256, help="output tokens per request (default 256)")
     load = p.add_mutually_exclusive_group(required=True)
@@ -55,7 +56,7 @@ def run(args) -> int:
            ("--ttft", bool(args.solve), "is the objective of --solve"))
     dep = Deployment(args.model, args.device, args.engine, Layout(tp=args.tp_size, ep=args.ep_size),
                      quantize=args.quantize, kv_dtype=args.kv_cache_dtype,
-                     engine_options=engine_options(args.engine_option))
+                     engine_options=engine_options(args.engine_option), moe_routing=args.moe_routing)
     from perfcast.engines import check_exchange
 
     check_exchange(dep.engine_options, dep.layout)

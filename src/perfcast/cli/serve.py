@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, given, refuse,
-                               report_files, report_paths, sequences, written)
+from perfcast.cli.args import (Number, add_moe_routing, add_report_arguments, count, devices, engine_options, given,
+                               refuse, report_files, report_paths, sequences, written)
 from perfcast.ir import UserError
 
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="model dtype")
     p.add_argument("--quantize", metavar="SCHEME|GROUP=SCHEME,…", help="as text-generate's --quantize")
     p.add_argument("--kv-cache-dtype", choices=("bf16", "fp16", "fp8", "int8"), help="KV cache dtype")
+    add_moe_routing(p)
     p.add_argument("--performance-model", default="analytic", choices=("analytic", "roofline"),
                    help="how each step is priced: analytic (calibrated kernels, default) or roofline (datasheet)")
     g = p.add_argument_group("layout of one engine instance (the decode pool's with --disagg)")
@@ -193,9 +194,9 @@ def _disagg(args, layout):
 
 #: Flags a deployment file sets (refused beside --deployment).
 DEPLOYMENT_FLAGS = ("--device", "--engine", "--engine-option", "--dtype", "--quantize", "--kv-cache-dtype",
-                    "--tp-size", "--ep-size", "--dp-size", "--pp-size", "--attention-dp", "--max-batch-size",
-                    "--max-num-tokens", "--chunked-prefill", "--no-chunked-prefill", "--disagg", "--prefill-tp-size",
-                    "--prefill-ep-size")
+                    "--moe-routing", "--tp-size", "--ep-size", "--dp-size", "--pp-size", "--attention-dp",
+                    "--max-batch-size", "--max-num-tokens", "--chunked-prefill", "--no-chunked-prefill", "--disagg",
+                    "--prefill-tp-size", "--prefill-ep-size")
 
 
 def _from_deployment(args) -> None:
@@ -215,7 +216,7 @@ def _from_deployment(args) -> None:
     args.model, args.device, args.engine, args.dtype = d.model, d.device, d.engine, d.dtype
     args.engine_option = [f"{k}={v}" for k, v in sorted((d.engine_options or {}).items())]
     args.what_if = tuple(sorted((d.what_if or {}).items()))
-    args.quantize, args.kv_cache_dtype = d.quantize, d.kv_cache_dtype
+    args.quantize, args.kv_cache_dtype, args.moe_routing = d.quantize, d.kv_cache_dtype, d.moe_routing
     # instances of a layout without attention DP are its data-parallel ranks: one engine each, the load split
     args.tp_size, args.ep_size, args.pp_size, args.attention_dp = lay.tp, lay.ep, lay.pp, lay.attention_dp
     args.dp_size = lay.dp * (d.instances if d.mode == "agg" else 1)
@@ -269,7 +270,8 @@ def run(args) -> int:
                     attention_dp=args.attention_dp)
     dep = Deployment(args.model, args.device, args.engine, layout, args.dtype, args.quantize, args.kv_cache_dtype,
                      args.topology, args.performance_model, what_if=getattr(args, "what_if", ()),
-                     engine_options=engine_options(args.engine_option), cuda_graph_max=args.cuda_graph_max_batch_size)
+                     engine_options=engine_options(args.engine_option), cuda_graph_max=args.cuda_graph_max_batch_size,
+                     moe_routing=args.moe_routing)
     slo = SLO(args.ttft_slo, args.tpot_slo) if args.ttft_slo or args.tpot_slo else None
     dis = _disagg(args, layout)
     from perfcast.engines import check_exchange

@@ -7,8 +7,8 @@ import argparse
 
 from rich.console import Console
 
-from perfcast.cli.args import (Number, add_report_arguments, count, devices, engine_options, images, pixels, refuse,
-                               report_files, report_paths, sequences, tokens, written)
+from perfcast.cli.args import (Number, add_moe_routing, add_report_arguments, count, devices, engine_options, images,
+                               pixels, refuse, report_files, report_paths, sequences, tokens, written)
 from perfcast.cli.devices import ad_hoc, add_device_arguments, resolve_device
 from perfcast.cli.kernel import add_overlap_argument
 from perfcast.ir import UserError
@@ -42,6 +42,7 @@ def _common(p, topology: bool) -> None:
                    help="the engine's largest decode CUDA graph, in sequences (TensorRT-LLM "
                         "cuda_graph_config.max_batch_size, SGLang --cuda-graph-max-bs, vLLM max_cudagraph_capture_size); "
                         "0: decode runs eagerly; default: the engine's")
+    add_moe_routing(p)
     p.add_argument("--no-fusion", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -129,7 +130,7 @@ def _request(args, topo=None, **extra):
                    decode=args.decode, dtype=args.dtype, quantize=args.quantize,
                    kv_dtype=args.kv_cache_dtype, engine=args.engine,
                    engine_options=engine_options(args.engine_option), cache=not args.no_cache,
-                   cuda_graph_max=args.cuda_graph_max_batch_size, **extra)
+                   cuda_graph_max=args.cuda_graph_max_batch_size, moe_routing=args.moe_routing, **extra)
 
 
 def _images(args):

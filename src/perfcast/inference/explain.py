@@ -26,7 +26,7 @@ def symbolic_step(req):
     quant = resolve(req)
     low = lower(applied.capture, quantize=quant.plan, model_dtype=req.dtype,
                 kv_dtype=quant.kv_override,
-                name=req.model.name, plan=applied.plan, engine=profile.name)
+                name=req.model.name, plan=applied.plan, engine=profile.name, moe_routing=req.moe_routing)
     launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)
     from perfcast.inference.textgen import make_model
 

@@ -89,8 +89,13 @@ def step_notes(req: Request, low) -> list[str]:
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     if experts:
         k = cfg.get("num_experts_per_tok")
-        notes.append(f"MoE routing: balanced — each of {experts} experts receives tokens·{k}/{experts} "
-                     f"tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
+        if req.moe_routing == "balanced":
+            notes.append(f"MoE routing: balanced (--moe-routing) — each of {experts} experts receives tokens·{k}/"
+                         f"{experts} tokens; the weights of min({experts}, tokens·{k}) experts are read per layer")
+        else:
+            notes.append(f"MoE routing: random — each token's {k} of {experts} experts drawn uniformly and "
+                         f"independently; the weights of {experts}·(1 − (1 − {k}/{experts})^tokens) experts are "
+                         f"read per layer in expectation (balanced routing would read min({experts}, tokens·{k}))")
     if low.unknown:
         notes.append(f"{sum(low.unknown.values())} op calls have no cost rule and are NOT priced: "
                      + ", ".join(f"{op} ×{n}" for (op, _), n in low.unknown.most_common(5)))

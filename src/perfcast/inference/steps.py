@@ -194,7 +194,7 @@ def _closed_form(group: Group, points, models: list[str], out: dict) -> list[tup
         low = lower(applied.capture, quantize=quant.plan, model_dtype=proto.dtype,
                     kv_dtype=quant.kv_override,
                     name=model.name, plan=applied.plan, engine=profile.name,
-                    decide_at={dim("B"): rep[0], dim("C"): rep[1]})
+                    decide_at={dim("B"): rep[0], dim("C"): rep[1]}, moe_routing=proto.moe_routing)
         launch = engines.launch_for(profile, decode=True, tokens=rep[0], device=proto.device)
         launch_model = LaunchModel(launch.mode, launch.host_interval_s)
         unpriced = int(sum(low.unknown.values()))

@@ -22,7 +22,7 @@ from perfcast.hardware.topology import Mesh, Topology, get_topology, resolve_top
 from perfcast.inference import memory, quantization, vision
 from perfcast.inference.slow import SlowComparison, schedule
 from perfcast.inference.step_notes import engine_notes, parallel_notes, pricing_notes, step_notes
-from perfcast.ir import Graph, UserError, dim
+from perfcast.ir import Graph, UserError, dim, routing
 from perfcast.models import ModelConfig
 from perfcast.perf import AnalyticPerformanceModel, EmpiricalPerformanceModel
 from perfcast.rollup import Evaluation, FastRollup, LaunchModel, OverlapEvaluation, OverlapRollup, rollup
@@ -61,6 +61,7 @@ class Request:
     overlap: tuple[str, ...] = ()  # overlap transforms (perfcast.rollup.overlap) rewriting the fast sum
     rollup: str = "fast"  # fast | slow | both: with slow or both, the slow roll-up of the step too
     cuda_graph_max: int | None = None  # decode CUDA graphs up to this many sequences (0: none); None: the engine's
+    moe_routing: str = "random"  # how routed tokens spread over the experts (perfcast.ir.routing)
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):
@@ -79,6 +80,7 @@ class Request:
         for m in self.performance_models:
             if m not in PERFORMANCE_MODELS:
                 raise UserError(f"--performance-model {m!r}: expected one of {', '.join(PERFORMANCE_MODELS)}")
+        routing.check(self.moe_routing, par.experts_of(self.model.data), self.model.name)
         for dt in filter(None, (self.kv_dtype,)):
             if dt not in ("bf16", "fp16", "fp32", "fp8", "int8"):
                 raise UserError(f"--kv-cache-dtype {dt!r}: expected bf16, fp16, fp32, fp8 or int8")
@@ -306,7 +308,7 @@ def simulate(req: Request) -> Result:
     quant = quantization.resolve(req)
     lowered = [lower(c, quantize=quant.plan, model_dtype=req.dtype, kv_dtype=quant.kv_override, point=at,
                      name=f"{req.model.name}.stage{s}" if layout.pp > 1 else req.model.name,
-                     plan=applied.plan, engine=profile.name)
+                     plan=applied.plan, engine=profile.name, moe_routing=req.moe_routing)
                for s, (c, _) in enumerate(par.stages(applied.capture, layout.pp, layers))]
     low = lowered[0] if len(lowered) == 1 else _pipeline(lowered, req.model.name)
     launch = launch_for(profile, decode=req.decode, tokens=req.device_tokens, device=req.device)

@@ -25,6 +25,7 @@ import sympy
 from perfcast.ir.cost import BYTES_HBM, BYTES_ONCHIP, FLOPS_MATRIX, FLOPS_VECTOR, Cost
 from perfcast.ir.op import Leaf
 from perfcast.ir.registry import Registry
+from perfcast.ir.routing import active_experts
 from perfcast.ir.dtypes import itemsize
 from perfcast.ir.tensor import Tensor
 
@@ -266,8 +267,9 @@ def cache_entry_bytes(inputs, attrs) -> sympy.Expr:
 def _grouped_matmul(inputs, outputs, attrs) -> Cost:
     """Routed experts as one grouped GEMM. T tokens each go to k of E experts; FLOPs are
     2·T·k·(per-expert gate/up + down weights); weights of the experts that receive tokens are
-    read once — under balanced routing (each expert gets T·k/E tokens) that is min(E, T·k) of
-    them. Activations: tokens in, tokens out, routing indices.
+    read once — as many as the leaf's ``routing`` reaches (:mod:`perfcast.ir.routing`: E·(1 −
+    (1 − k/E)^T) under random routing, min(E, T·k) balanced). Activations: tokens in, tokens
+    out, routing indices.
 
     Under expert parallelism (``expert_shards`` = ep) a device holds E/ep experts and computes
     the share ``token_share`` of the T·k token-expert pairs (1/ep when every device of the group
@@ -280,7 +282,9 @@ def _grouped_matmul(inputs, outputs, attrs) -> Cost:
     tokens = hidden.numel / hidden.shape[-1]
     pairs = tokens * top_k * share
     per_expert = (gate_up.numel + down.numel) / experts
-    active = sympy.Min(sympy.Rational(experts, shards), pairs)
+    # the group's tokens (T·share·ep) reach this many of the device's E/ep experts (ir/routing.py)
+    active = active_experts(sympy.Rational(experts, shards), tokens * share * shards, top_k, experts,
+                            attrs.get("routing"))
     weight_bytes = active * (gate_up.nbytes + down.nbytes) / experts
     acts = (2 * pairs * hidden.shape[-1] * itemsize(hidden.dtype) if attrs.get("dispatched")
             else hidden.nbytes + _bytes(outputs))

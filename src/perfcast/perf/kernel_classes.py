@@ -8,9 +8,9 @@ sides: fitting reads shapes from measured rows (NumPy columns), pricing reads th
 (SymPy expressions, symbolic sizes allowed), so a fit is always applied to the quantities it was
 fitted on.
 
-Byte counts: each kernel reads its inputs and writes its outputs once (what the measured
-kernels do: tiled GEMMs and fused attention keep their intermediates on chip). Serial-work
-counts use the device's ``compute_units`` (SMs).
+Byte counts: each kernel reads its inputs and writes its outputs once (what the measured kernels
+do: tiled GEMMs and fused attention keep their intermediates on chip). Serial-work counts use the
+device's ``compute_units`` (SMs).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import sympy
 
 from perfcast.ir import BYTES_HBM, Leaf, itemsize
 from perfcast.ir.registry import Registry
+from perfcast.ir.routing import active_experts
 from perfcast.ir.rules import attended_pairs
 from perfcast.perf.kernel_fit import KernelWork
 
@@ -56,9 +57,9 @@ CELL_LOG2 = 2.0
 
 @dataclass(frozen=True)
 class KernelClass:
-    """``variant(shape)`` names the fit within the class (the dtype, e.g. ``bf16``);
-    ``work(shape, units)`` gives the priced quantities; ``rate_dtype(variant)`` the datasheet
-    matrix rate the compute term is a fraction of (None: a memory-only kernel)."""
+    """``variant(shape)`` names the fit within the class (the dtype, e.g. ``bf16``); ``work(shape,
+    units)`` the priced quantities; ``rate_dtype(variant)`` the datasheet matrix rate the compute
+    term is a fraction of (None: a memory-only kernel)."""
 
     name: str
     keys: tuple[str, ...]
@@ -77,8 +78,8 @@ class KernelClass:
     siblings: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def bandwidth_of(self, device) -> float | None:
-        """HBM bandwidth, or for a collective class one device's links summed (per direction, the
-        first link type: NVLink on the GPUs); None for a device without links."""
+        """HBM bandwidth, or for a collective class one device's links summed (per direction, the first
+        link type: NVLink on the GPUs); None for a device without links."""
         sheet = device.spec.datasheet
         if self.bandwidth == "link":
             links = list(sheet.links.values())
@@ -105,9 +106,8 @@ GEMM_BYTES = {
     "bf16": (2, 2, 2), "fp16": (2, 2, 2), "fp32": (4, 4, 4),
     "fp8": (1, 1, 2), "fp8_block": (1 + 4 / 128, 1 + 4 / 128**2, 2), "int8": (1, 1, 2),
     # per-tensor FP8 with the activation scale given (a static-scale checkpoint): the same
-    # operands, no scale computation (perfcast.db.aic_tables.with_fp8_static)
-    "fp8_static": (1, 1, 2),
-    "fp4": (0.5 + 1 / 16, 0.5 + 1 / 16, 2),
+    # operands, no scale computation (perfcast.db.aic_tables.with_fp8_static); NVFP4
+    "fp8_static": (1, 1, 2), "fp4": (0.5 + 1 / 16, 0.5 + 1 / 16, 2),
     # weight-only: 4- or 8-bit weights (one fp16 scale per 128-element group) dequantized inside
     # the GEMM, 16-bit activations and math
     "w4a16": (2, 0.5 + 2 / 128, 2), "w8a16": (2, 1 + 2 / 128, 2),
@@ -249,13 +249,14 @@ MOE_KEYS = ("tokens", "hidden", "inter", "experts", "top_k", "moe_tp", "moe_ep",
 
 
 def moe_work(s: Shape, units: int) -> KernelWork:
-    """A gated MoE layer on one device: ``tokens·top_k/moe_ep`` token-expert pairs through
-    gate+up (2·hidden·inter) and down (inter·hidden) GEMMs; weights of the experts that receive
-    tokens read once (balanced routing: min(E/ep, pairs) of them); activations in and out."""
+    """A gated MoE layer on one device: ``tokens·top_k/moe_ep`` token-expert pairs through gate+up
+    (2·hidden·inter) and down (inter·hidden) GEMMs; weights of the experts that receive tokens
+    read once (as many as the shape's ``routing`` reaches, balanced — the tables' — when it names
+    none: :mod:`perfcast.ir.routing`; or given ``pairs`` and ``active``: benchmarks/moe_routing.py)."""
     t, hid, inter, e, k, ep = (s[x] for x in ("tokens", "hidden", "inter", "experts", "top_k", "moe_ep"))
     a, w, _ = _element_bytes(s)
-    pairs = t * k / ep
-    active = _min(e / ep, pairs)
+    pairs = s["pairs"] if "pairs" in s else t * k / ep
+    active = s["active"] if "active" in s else active_experts(e / ep, t, k, e, s.get("routing"))
     return KernelWork(flops=2 * pairs * 3 * hid * inter,
                       bytes=active * 3 * hid * inter * w + t * hid * (a + 2),
                       items={"experts": active, "wave": _ceil(pairs / TILE) * hid},
@@ -264,12 +265,12 @@ def moe_work(s: Shape, units: int) -> KernelWork:
 
 MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                             lambda v: GEMM_RATE[v], ("tokens", "weights")))
-#: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing,
-#: FC1 with the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the
-#: same work, its own kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency``
-#: rows, table ``GroupedMatMulMinLatency``). Its unmeasured block-FP8 runner takes this class's
-#: NVFP4 fit at its own bytes and rate (derived): the kernel family carries over better than the
-#: format (docs/design/engines.md, "Engine options"); other formats take the default backend's.
+#: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing, FC1 with
+#: the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the same work, its own
+#: kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency`` rows, table
+#: ``GroupedMatMulMinLatency``). Its unmeasured block-FP8 runner takes this class's NVFP4 fit at its own
+#: bytes and rate (derived): the kernel family carries over better than the format (docs/design/engines.md,
+#: "Engine options"); other formats take the default backend's.
 MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                                        lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
                                        siblings=(("fp8_block", ("fp4",)),)))
@@ -282,9 +283,8 @@ MLA_HEADS_PER_CTA = 64
 
 
 def mla_generation_work(s: Shape, units: int) -> KernelWork:
-    """Absorbed MLA decode: every query head reads the one latent cache row per token
-    (``head_dim`` = kv_lora_rank + rope wide; values are its first ``v_head_dim`` columns), so
-    the cache is read once per sequence."""
+    """Absorbed MLA decode: every query head reads the one latent cache row per token (``head_dim``
+    = kv_lora_rank + rope wide; values its first ``v_head_dim`` columns): it is read once per sequence."""
     b, h, kv = s["batch"], s["heads"], s["kv_len"]
     d, dv, ab, kb = s["head_dim"], s["v_head_dim"], _bytes(s["dtype"]), _bytes(s["kv_dtype"])
     cta = b * _ceil(h / MLA_HEADS_PER_CTA)
@@ -388,7 +388,7 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         cls = MOE_TRTLLM_GEN if leaf.attr("kernel_class") == MOE_TRTLLM_GEN.name else MOE
         return cls, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
-                     "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up),
+                     "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up), "routing": leaf.attr("routing"),
                      **_operand_bytes(leaf, hidden, gate_up)}
     if leaf.kind in VECTOR_KINDS:
         return VECTOR, {"bytes": leaf.cost.get(BYTES_HBM)}

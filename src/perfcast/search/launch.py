@@ -64,6 +64,8 @@ def deployment_yaml(spec: SearchSpec, p: Point) -> dict:
         doc["what_if"] = dict(what_if)
     if spec.engine_options:
         doc["engine_options"] = dict(spec.engine_options)
+    if spec.moe_routing != "random":
+        doc["moe_routing"] = spec.moe_routing
     if c.mode == "agg":
         doc["workload"]["concurrency"] = c.concurrency
     else:

@@ -70,6 +70,7 @@ class SearchSpec:
     token_budgets: tuple[int, ...] = ()  # step token budgets searched (each a candidate); () : max_num_tokens alone
     dtype: str = "bf16"
     kv_dtype: str | None = None
+    moe_routing: str = "random"  # --moe-routing (perfcast.ir.routing)
     performance_model: str = "analytic"
     confirm: int = 4                     # best closed-form candidates under the SLOs simulated, beside the front
     requests_per_client: int = 4         # simulated requests per client (warm-up: the first round)
@@ -189,7 +190,8 @@ def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Lay
     """``device`` may be a what-if variant (:func:`perfcast.search.space.variant`)."""
     name, what_if = parse_variant(device)
     return Deployment(spec.model, name, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
-                      performance_model=spec.performance_model, what_if=what_if, engine_options=spec.engine_options)
+                      performance_model=spec.performance_model, what_if=what_if, engine_options=spec.engine_options,
+                      moe_routing=spec.moe_routing)
 
 
 def _chunked(spec: SearchSpec, dep: Deployment, budget: int | None) -> bool | None:

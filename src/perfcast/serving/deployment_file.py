@@ -55,6 +55,7 @@ class DeploymentFile(_Strict):
     dtype: Literal["bf16", "fp16"] = "bf16"
     quantize: str | None = None
     kv_cache_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = None
+    moe_routing: Literal["random", "balanced"] = "random"  # as --moe-routing (perfcast.ir.routing)
     mode: Literal["agg", "disagg"] = "agg"
     layout: LayoutEntry = LayoutEntry()
     instances: int = Field(1, ge=1, le=MAX_DEVICES)

@@ -7,8 +7,7 @@ as its engine runs them (:func:`perfcast.engines.apply`), lowered and rolled up 
 decision of the engine (launch mode, all-reduce strategy: :func:`perfcast.engines.size_decisions`).
 The rolled-up leaves fall in three classes by the symbols their time depends on:
 
-- **dense** (``B`` or ``B·S`` only): the GEMMs, norms, activations, collectives — priced at the
-  step's tokens;
+- **dense** (``B`` or ``B·S`` only): the GEMMs, norms, activations, collectives — at the step's tokens;
 - **attention** (``C`` too): each request's attention over its own context;
 - **per sequence** (prefill leaves in ``B`` only): the LM head over the last position of each
   sequence (TensorRT-LLM and vLLM compute logits for the last token of a prompt).
@@ -22,11 +21,11 @@ LM head at the sequences:
     t(mix) = dense(T) + head(n) + attn_decode(B_d, C̄_d) + Σ_chunks attn_prefill(1, s_i, p_i)
 
 with ``T`` the tokens, ``n`` the sequences, ``C̄_d`` the decodes' mean context (exact where the
-decode attention is linear in the context, as a memory-bound paged attention is). A step of
-decodes alone is the decode capture itself (its own kernels and the CUDA-graph launch of the
-engine's decode); a step holding a prefill chunk runs as the engine runs prefills. Speculative
-verification of ``1 + k`` tokens per sequence is the decode step's dense part at ``B·(1 + k)``
-tokens (every position's logits) and the prefill attention of ``1 + k`` queries per sequence.
+decode attention is linear in the context, as a memory-bound paged attention is). A step of decodes
+alone is the decode capture itself (its own kernels and the CUDA-graph launch of the engine's
+decode); a step holding a prefill chunk runs as the engine runs prefills. Speculative verification
+of ``1 + k`` tokens per sequence is the decode step's dense part at ``B·(1 + k)`` tokens (every
+position's logits) and the prefill attention of ``1 + k`` queries per sequence.
 
 Evaluation never re-captures: the dense parts are tabulated over every token count once (one
 vectorised call), the attention parts lazily per batch (decode) or chunk length (prefill) on a
@@ -78,22 +77,21 @@ class Deployment:
     what_if: tuple[tuple[str, float], ...] = ()   # hardware multipliers (perfcast.hardware.device.scaled)
     engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option NAME=VALUE, sorted
     cuda_graph_max: int | None = None   # --cuda-graph-max-batch-size (None: the engine's)
+    moe_routing: str = "random"   # --moe-routing (perfcast.ir.routing)
 
     def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
         """The text-generate request of one step of this deployment (``batch`` sequences per
         data-parallel rank)."""
         from perfcast.inference.silicon import catalog_model
 
-        device = get_device(self.device)
         what = dict(self.what_if)
-        if what:
-            device = scaled(device, what)
+        device = scaled(get_device(self.device), what) if what else get_device(self.device)
         return Request(model=catalog_model(self.model), device=device, link_scale=what.get("link_bandwidth", 1.0),
                        num_queries=batch * self.layout.dp, query_length=1 if decode else length,
                        context_length=length if decode else context, decode=decode, dtype=self.dtype,
                        quantize=self.quantize, kv_dtype=self.kv_dtype, layout=self.layout,
                        engine=self.engine, engine_options=self.engine_options, topology=self.topology,
-                       cuda_graph_max=self.cuda_graph_max)
+                       cuda_graph_max=self.cuda_graph_max, moe_routing=self.moe_routing)
 
     @property
     def devices(self) -> int:
@@ -177,7 +175,8 @@ class StepModel:
             rep = tokens[len(tokens) // 2]
             at = {dim("B"): rep, dim("C"): 2} if decode else {dim("B"): 1, dim("S"): rep, dim("C"): 2}
             low = lower(applied.capture, quantize=quant.plan, model_dtype=dep.dtype, kv_dtype=quant.kv_override,
-                        name=model.name, plan=applied.plan, engine=self.profile.name, decide_at=at)
+                        name=model.name, plan=applied.plan, engine=self.profile.name, decide_at=at,
+                        moe_routing=dep.moe_routing)
             unpriced.update(low.unknown)
             launch = engines.launch_for(self.profile, decode=decode, tokens=rep, device=proto.device)
             out[key] = (self._parts(rollup(low.graph, pm, LaunchModel(launch.mode, launch.host_interval_s)),
