@@ -268,6 +268,9 @@ def test_imported_database_prices_leaves(aic, tmp_path):
     assert src.lookup(_experts(dtype="fp8")).latency_us == pytest.approx(40.0)
     assert src.lookup(_experts(routing="power_law_1.01")).latency_us == pytest.approx(60.0)
     assert "routing=power_law_1.2" in src.lookup(_experts(routing="power_law_1.2")).reason
+    # perfcast's default routing is measured by no table: the miss names the values that are
+    assert "no measurement at routing=random (measured: balanced, power_law_1.01)" in src.lookup(
+        _experts(routing="random")).reason
 
 
 def test_addmm_is_keyed_on_its_reduction_width():

@@ -69,6 +69,12 @@ class KernelTable:
                     continue
         return out
 
+    @cached_property
+    def _text_values(self) -> dict[str, set]:
+        """A text key's measured values (a dtype, a routing), to name a value no row has."""
+        return {k: {key[i] for key in self.rows} for i, k in enumerate(self.keys)
+                if self.rows and all(isinstance(key[i], str) for key in self.rows)}
+
     def lookup(self, key: tuple) -> tuple[float, str] | str:
         """(latency µs, how) or the reason for a miss."""
         if key in self.rows:
@@ -99,5 +105,8 @@ class KernelTable:
                     return y, f"N-D in ({', '.join(self.axes)}) inside the measured hull"
                 reasons.append("outside the convex hull of the measured points")
         if not reasons:
-            reasons.append("no measurement with these other keys")
+            unmeasured = [f"{k}={v} (measured: {', '.join(sorted(self._text_values[k]))})"
+                          for k, v in zip(self.keys, key) if k in self._text_values and v not in self._text_values[k]]
+            reasons.append(f"no measurement at {'; '.join(unmeasured)}" if unmeasured
+                           else "no measurement with these other keys")
         return f"{self.name}[{described}]: " + "; ".join(reasons)
