@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzzing import run_cli
 from perfcast.ir import dim
 from perfcast.ir.routing import active_experts
 
@@ -58,3 +60,39 @@ def test_random_reaches_at_most_what_balanced_does_and_every_expert_eventually(p
 def test_an_unknown_routing_is_refused():
     with pytest.raises(ValueError, match="routing 'zipf'"):
         active_experts(sympy.Integer(8), sympy.Integer(8), 2, 8, "zipf")
+
+
+@pytest.mark.parametrize("argv", [
+    ["text-generate", "llama-3.1-8b", "--decode", "--context-length", "64"],
+    ["serve", "llama-3.1-8b", "--isl", "128", "--osl", "16", "--concurrency", "2", "--tier", "closed-form"],
+    ["optimize", "llama-3.1-8b", "--devices", "h100-sxm", "--total-devices", "1"],
+])
+def test_moe_routing_for_a_dense_model_is_one_line(argv):
+    rc, out, err = run_cli(*argv, "--moe-routing", "balanced")
+    assert (rc, out) == (2, "") and err.strip().endswith("--moe-routing balanced: llama-3.1-8b has no routed experts")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_moe_routing_balanced_reads_what_the_tables_measure():
+    argv = ("text-generate", "gpt-oss-120b", "--device", "h200-sxm", "--decode", "--num-queries", "32",
+            "--context-length", "1024", "--tp-size", "2", "--engine", "vllm", "--json")
+    docs = {r: json.loads(run_cli(*argv, "--moe-routing", r)[1]) for r in ("random", "balanced")}
+    moe = {r: d["ops"][0] for r, d in docs.items()}
+    assert {m["name"] for m in moe.values()} == {"perfcast.moe_experts"}
+    # 32 tokens × top 4 of 128: balanced reads every expert, random 81.7 of them (64 %)
+    assert moe["random"]["flops"] == moe["balanced"]["flops"]
+    assert 0.6 < moe["random"]["bytes_hbm"] / moe["balanced"]["bytes_hbm"] < 0.7
+    assert 0.6 < moe["random"]["time_s"]["analytic"] / moe["balanced"]["time_s"]["analytic"] < 0.8
+    assert docs["random"]["notes"][0].startswith("MoE routing: random") and \
+        docs["balanced"]["notes"][0].startswith("MoE routing: balanced (--moe-routing)")
+
+
+def test_a_deployment_file_states_its_routing(tmp_path):
+    path = tmp_path / "deployment.yaml"
+    path.write_text("perfcast_deployment: 1\nmodel: qwen3-30b-a3b\ndevice: h200-sxm\nengine: trtllm\n"
+                    "moe_routing: zipf\n")
+    rc, out, err = run_cli("serve", "--deployment", str(path), "--concurrency", "2")
+    assert rc == 2 and "moe_routing" in err and "random" in err and len(err.strip().splitlines()) == 1
+    path.write_text(path.read_text().replace("zipf", "balanced"))
+    rc, out, err = run_cli("serve", "--deployment", str(path), "--concurrency", "2", "--moe-routing", "random")
+    assert rc == 2 and "--moe-routing: --deployment" in err

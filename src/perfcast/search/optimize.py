@@ -29,8 +29,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from perfcast.capture.parallel import Layout
-from perfcast.ir import UserError
+from perfcast.capture.parallel import Layout, experts_of
+from perfcast.ir import UserError, routing
+from perfcast.models import load_model_config
 from perfcast.search import pareto
 from perfcast.search.space import BATCHES, Candidate, layouts, parse_variant
 from perfcast.serving.scheduler import scheduler_config
@@ -94,6 +95,8 @@ class SearchSpec:
             raise UserError("--max-num-tokens: give one budget, or several to search, each positive")
         if self.engine_options:
             object.__setattr__(self, "engine_options", _checked_options(self))
+        if self.moe_routing != routing.DEFAULT:  # refused for a model without routed experts
+            routing.check(self.moe_routing, experts_of(load_model_config(self.model).data), self.model)
 
     @property
     def budgets(self) -> tuple[int | None, ...]:
@@ -112,7 +115,6 @@ def _checked_options(spec: SearchSpec) -> tuple[tuple[str, str], ...]:
     model without routed experts, or a value one of the searched devices does not run."""
     from perfcast.engines import check_options, resolve
     from perfcast.hardware import get_device
-    from perfcast.models import load_model_config
 
     check_options(spec.engine_options, load_model_config(spec.model))
     for d in spec.devices:
@@ -288,8 +290,6 @@ def _confirm(spec: SearchSpec, p: Point) -> None:
 def groups_of(spec: SearchSpec) -> list[tuple]:
     """The screening's units of work, in a fixed order: ``("agg", device, quantize, layout)`` —
     one deployment's sweep of batch limits — and ``("disagg", device, quantize, layouts)``."""
-    from perfcast.models import load_model_config
-
     lays = tuple(layouts(load_model_config(spec.model).data, spec.total_devices, spec.sizes))
     out = []
     for d in spec.devices:
