@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from perfcast.db.calibrate import Sample, _rows, fit_sample, frame, peaks, samples  # noqa: E402
+from perfcast.db.calibrate import Sample, fit_sample, frame, peaks, samples  # noqa: E402
 from perfcast.db.calibrate import TABLE_CLASSES  # noqa: E402
 from perfcast.hardware import get_device  # noqa: E402
 from perfcast.perf.kernel_classes import CLASSES  # noqa: E402
