@@ -156,7 +156,7 @@ def text_generate(doc: dict) -> View:
               if mem["fits"] else f"DOES NOT FIT (short by {cell(mem['shortfall_bytes'], 'B')})")]
     eng = doc["engine"]
     inputs = flat(_pick(doc, "model", "model_type", "device", "phase", "num_queries", "query_length", "context_length",
-                        "dtype", "quantize", "kv_cache_dtype", "parallel", "capture"))
+                        "dtype", "quantize", "kv_cache_dtype", "moe_routing", "parallel", "capture"))
     inputs += [("engine", f"{eng['name']} ({eng['framework']} {eng['version']}), {eng['launch']['mode']}")]
     inputs += [(f"quantization {g['group']}", f"{g['detail']} — {g['path']}")
                for g in doc.get("quantization", {}).get("groups", [])]

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from perfcast.capture.parallel import experts_of
 from perfcast.ir import FLOPS_MATRIX, FLOPS_VECTOR, Leaf
 from perfcast.report.format import percent, seconds, si
 from perfcast.report.kernel import hidden, print_overlap
@@ -221,6 +222,7 @@ def to_json(result) -> dict:
         "query_length": req.new_tokens, "context_length": req.context_length, "dtype": req.dtype,
         "quantize": req.quantize,
         "kv_cache_dtype": result.quantization.get("kv_cache", {}).get("dtype") or req.kv_dtype or req.dtype,
+        "moe_routing": req.moe_routing if experts_of(req.model.data) else None,
         "quantization": result.quantization,
         "engine": engine_section(result),
         "parallel": {"num_devices": req.devices, "tp": req.layout.tp, "ep": req.layout.ep, "dp": req.layout.dp,
