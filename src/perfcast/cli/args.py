@@ -12,7 +12,7 @@ import sys
 
 from perfcast.inputs import checked_number, excerpt
 from perfcast.inputs.limits import MAX_BYTES, MAX_DEVICES, MAX_IMAGES, MAX_PIXELS, MAX_SEQUENCES, MAX_SIZE, MAX_TOKENS
-from perfcast.ir import UserError
+from perfcast.ir import UserError, routing
 
 
 class _Once:
@@ -279,7 +279,7 @@ def report_files(args, doc: dict, make, *objs) -> list[str]:
 
 def add_moe_routing(p) -> None:
     """``--moe-routing``: how the step's routed tokens spread over the experts (perfcast.ir.routing)."""
-    p.add_argument("--moe-routing", choices=("random", "balanced"), default="random",
+    p.add_argument("--moe-routing", choices=routing.ROUTINGS, default=routing.DEFAULT,
                    help="MoE models: how routed tokens spread over the experts — random (default: each token's "
                         "top-k drawn uniformly and independently, E·(1 − (1 − k/E)^T) experts' weights read) or "
                         "balanced (as widely as possible, min(E, T·k): the measured MoE tables' balanced rows)")

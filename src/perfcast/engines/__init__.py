@@ -8,6 +8,6 @@ from perfcast.engines.launch import launch_for, with_cuda_graphs
 from perfcast.engines.roles import ROLES, assign
 from perfcast.engines.spec import EngineProfile, engine_names, get_engine, load_profile_file
 
-__all__ = ["Applied", "apply", "check_exchange", "check_options", "compatible", "engines_for", "resolve", "with_options", "rotate",
-           "size_decisions", "launch_for", "with_cuda_graphs", "ROLES", "assign", "EngineProfile", "engine_names", "get_engine",
-           "load_profile_file"]
+__all__ = ["Applied", "apply", "check_exchange", "check_options", "compatible", "engines_for", "resolve",
+           "with_options", "rotate", "size_decisions", "launch_for", "with_cuda_graphs", "ROLES", "assign",
+           "EngineProfile", "engine_names", "get_engine", "load_profile_file"]

@@ -86,7 +86,7 @@ def pricing_notes(rollups: dict[str, FastRollup]) -> list[str]:
 def step_notes(req: Request, low) -> list[str]:
     notes = []
     cfg = req.model.data
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    experts = par.experts_of(cfg)
     if experts:
         k = cfg.get("num_experts_per_tok")
         if req.moe_routing == "balanced":

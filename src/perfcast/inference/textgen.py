@@ -61,7 +61,7 @@ class Request:
     overlap: tuple[str, ...] = ()  # overlap transforms (perfcast.rollup.overlap) rewriting the fast sum
     rollup: str = "fast"  # fast | slow | both: with slow or both, the slow roll-up of the step too
     cuda_graph_max: int | None = None  # decode CUDA graphs up to this many sequences (0: none); None: the engine's
-    moe_routing: str = "random"  # how routed tokens spread over the experts (perfcast.ir.routing)
+    moe_routing: str = routing.DEFAULT  # how routed tokens spread over the experts (perfcast.ir.routing)
 
     def validate(self) -> None:
         for flag, v in (("--num-queries", self.num_queries), ("--query-length", self.query_length)):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import shlex
 
 from perfcast.capture.parallel import Layout
+from perfcast.ir import routing
 from perfcast.search.optimize import Point, SearchSpec
 from perfcast.search.space import parse_variant
 from perfcast.serving.scheduler import scheduler_config
@@ -64,7 +65,7 @@ def deployment_yaml(spec: SearchSpec, p: Point) -> dict:
         doc["what_if"] = dict(what_if)
     if spec.engine_options:
         doc["engine_options"] = dict(spec.engine_options)
-    if spec.moe_routing != "random":
+    if spec.moe_routing != routing.DEFAULT:
         doc["moe_routing"] = spec.moe_routing
     if c.mode == "agg":
         doc["workload"]["concurrency"] = c.concurrency

@@ -71,7 +71,7 @@ class SearchSpec:
     token_budgets: tuple[int, ...] = ()  # step token budgets searched (each a candidate); () : max_num_tokens alone
     dtype: str = "bf16"
     kv_dtype: str | None = None
-    moe_routing: str = "random"  # --moe-routing (perfcast.ir.routing)
+    moe_routing: str = routing.DEFAULT  # --moe-routing (perfcast.ir.routing)
     performance_model: str = "analytic"
     confirm: int = 4                     # best closed-form candidates under the SLOs simulated, beside the front
     requests_per_client: int = 4         # simulated requests per client (warm-up: the first round)

@@ -18,6 +18,8 @@ from pydantic import Field
 from perfcast.hardware.spec import _Strict
 from perfcast.inputs import load_yaml
 from perfcast.inputs.limits import MAX_DEVICES, MAX_SEQUENCES, MAX_TOKENS
+from perfcast.ir.routing import DEFAULT as DEFAULT_ROUTING
+from perfcast.ir.routing import ROUTINGS
 
 #: The file's layout version (bumped when a key changes meaning).
 VERSION = 1
@@ -55,7 +57,7 @@ class DeploymentFile(_Strict):
     dtype: Literal["bf16", "fp16"] = "bf16"
     quantize: str | None = None
     kv_cache_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = None
-    moe_routing: Literal["random", "balanced"] = "random"  # as --moe-routing (perfcast.ir.routing)
+    moe_routing: Literal[ROUTINGS] = DEFAULT_ROUTING  # as --moe-routing (perfcast.ir.routing)
     mode: Literal["agg", "disagg"] = "agg"
     layout: LayoutEntry = LayoutEntry()
     instances: int = Field(1, ge=1, le=MAX_DEVICES)

@@ -50,7 +50,7 @@ from perfcast.inference import quantization
 from perfcast.inference.roofline import DatasheetRoofline
 from perfcast.inference.steps import decisions
 from perfcast.inference.textgen import Request, make_model
-from perfcast.ir import UserError, dim
+from perfcast.ir import UserError, dim, routing
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving import step_cache
 from perfcast.serving.step_grid import GRID, decode_attention, on_grid, on_row, prefill_on_grid
@@ -77,7 +77,7 @@ class Deployment:
     what_if: tuple[tuple[str, float], ...] = ()   # hardware multipliers (perfcast.hardware.device.scaled)
     engine_options: tuple[tuple[str, str], ...] = ()  # --engine-option NAME=VALUE, sorted
     cuda_graph_max: int | None = None   # --cuda-graph-max-batch-size (None: the engine's)
-    moe_routing: str = "random"   # --moe-routing (perfcast.ir.routing)
+    moe_routing: str = routing.DEFAULT   # --moe-routing (perfcast.ir.routing)
 
     def request(self, *, decode: bool, batch: int, length: int, context: int = 0) -> Request:
         """The text-generate request of one step of this deployment (``batch`` sequences per
