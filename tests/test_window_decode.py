@@ -39,9 +39,14 @@ def test_a_sliding_layer_reads_its_window_and_a_full_layer_its_cache():
 
 
 def test_the_window_rows_priced_by_the_full_attention_fit():
-    """The figures calibration.md quotes: window rows no fit is made with, out of sample."""
+    """The figures calibration.md quotes: window rows no fit is made with, out of sample. The fit is
+    a nonlinear least-squares one, and OpenBLAS picks its kernels by CPU (DYNAMIC_ARCH): the same
+    code gave the B200 median 6.0 % (rounded) where calibration.md was measured and gives 5.94 % on an
+    AMD EPYC, so the quoted tenths are checked to within 0.1 point."""
     bench = runpy.run_path(str(Path(perfcast.__file__).parents[2] / "benchmarks" / "kernel_accuracy.py"))
-    got = {(r["device"], r["variant"]): (r["rows"], round(r["median"] * 100, 1), round(r["p90"] * 100, 1))
+    got = {(r["device"], r["variant"]): (r["rows"], r["median"] * 100, r["p90"] * 100)
            for d in ("h100-sxm", "b200-sxm") for r in bench["windowed"](d, "trtllm")}
-    assert got[("b200-sxm", "bf16")] == (5477, 6.0, 23.9)
-    assert got[("h100-sxm", "bf16")] == (5897, 15.5, 53.6)
+    for key, (rows, median, p90) in {("b200-sxm", "bf16"): (5477, 6.0, 23.9),
+                                     ("h100-sxm", "bf16"): (5897, 15.5, 53.6)}.items():
+        assert got[key][0] == rows
+        assert got[key][1:] == pytest.approx((median, p90), abs=0.1)
