@@ -77,6 +77,9 @@ def add_parser(sub) -> None:
     s.add_argument("--batch-wait-max-tokens-ratio", type=Number(minimum=0, maximum=1, why="a share"), metavar="R",
                    help="TensorRT-LLM batch_wait_max_tokens_ratio: release held prompts once the step's tokens reach "
                         "R × max num tokens (default 0)")
+    s.add_argument("--attention-dp-balance", nargs="?", const="10,50", metavar="WAIT,TIMEOUT",
+                   help="TensorRT-LLM attention_dp_config enable_balance: hold prompts until every attention-DP rank "
+                        "has one (WAIT: batching_wait_iters, TIMEOUT: timeout_iters; default 10,50, the engine's)")
     s.add_argument("--scheduler-recv-interval", type=count(), metavar="N",
                    help="SGLang --scheduler-recv-interval: take in new requests once every N decode steps (and "
                         "after each prefill; default 1: every step)")
@@ -125,6 +128,17 @@ def _number(text: str, flag: str, **limits) -> int | float:
         return Number(**limits)(text)
     except argparse.ArgumentTypeError as e:
         raise UserError(f"{flag}: {e}") from None
+
+
+def _adp_balance(text: str | None) -> tuple[int, int] | None:
+    """``--attention-dp-balance WAIT,TIMEOUT`` as (batching_wait_iters, timeout_iters)."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise UserError(f"--attention-dp-balance {text!r}: expected WAIT,TIMEOUT (two step counts, e.g. 0,60)")
+    wait, timeout = (_number(x.strip(), "--attention-dp-balance", integer=True, minimum=0) for x in parts)
+    return int(wait), int(timeout)
 
 
 def _speculative(args):
@@ -261,6 +275,8 @@ def run(args) -> int:
            ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"),
            ("--memory-fraction", args.kv_capacity is None, "sizes the KV cache from memory; --kv-capacity gives "
                                                             "its tokens"),
+           ("--attention-dp-balance", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
+                                                                  "does not model it"),
            ("--batch-wait-iters", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
                                                               "does not model batch waiting"),
            ("--batch-wait-max-tokens-ratio", args.tier != "closed-form", "holds prompts in the simulation; the "
@@ -286,7 +302,7 @@ def run(args) -> int:
                      batch_wait=None if args.batch_wait_iters is None and args.batch_wait_max_tokens_ratio is None
                      else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0),
                      memory_fraction=args.memory_fraction, recv_interval=args.scheduler_recv_interval,
-                     overlap=args.overlap_scheduling)
+                     overlap=args.overlap_scheduling, adp_balance=_adp_balance(args.attention_dp_balance))
     from perfcast.cli.progress import progress
 
     with progress(args, f"serving {args.model}: compiling the step model, simulating"):

@@ -43,6 +43,14 @@ class ChoiceSetting(_Strict):
     sources: Sources
 
 
+class BalanceSetting(_Strict):
+    """How the engine gives a new request to one of its data-parallel ranks: ``round_robin`` (in
+    turn) or ``least_loaded`` (the rank with the fewest unfinished requests)."""
+
+    value: Literal["round_robin", "least_loaded"]
+    sources: Sources
+
+
 class TokenRatio(_Strict):
     """SGLang's estimate of the share of a running request's remaining output it will still
     generate, used to admit new requests: starts at ``init``, decays per decode step to
@@ -88,6 +96,8 @@ class SchedulerSection(_Strict):
     #: overlap scheduler, vLLM's async scheduling): a step's outputs are handled after the next step
     #: is launched, so a request sent on them is taken in a step later than a synchronous loop takes it
     overlap: FlagSetting | None = None
+    #: the data-parallel load balancer: which rank a new request goes to
+    dp_balance: BalanceSetting | None = None
 
     @model_validator(mode="after")
     def _choices(self):

@@ -34,6 +34,7 @@ class Recipe:
     engine_options: tuple[tuple[str, str], ...] = ()
     recv_interval: int | None = None
     cuda_graph_max: int | None = None   # the script's largest decode CUDA graph (its concurrency: every batch)
+    adp_balance: tuple[int, int] | None = None  # TensorRT-LLM attention_dp_config (batching_wait_iters, timeout_iters)
 
 
 @lru_cache(maxsize=None)
@@ -130,6 +131,12 @@ def _entries() -> tuple[dict, ...]:
             for key in ("isl", "osl", "tp_below", "timeout_iters"):
                 checked_number(bw.get(key), f"{where}: batch_wait.{key}", integer=True, minimum=0)
             checked_number(bw.get("max_tokens_ratio"), f"{where}: batch_wait.max_tokens_ratio", minimum=0, maximum=1)
+        ab = e.get("attention_dp_balance")
+        if ab is not None:
+            if not isinstance(ab, dict) or set(ab) != {"batching_wait_iters", "timeout_iters"}:
+                raise UserError(f"{where}: attention_dp_balance: expected batching_wait_iters and timeout_iters")
+            for key in ab:
+                checked_number(ab[key], f"{where}: attention_dp_balance.{key}", integer=True, minimum=0)
         for j, rule in enumerate(e.get("scheduler_recv_interval") or ()):
             at = f"{where}: scheduler_recv_interval[{j}]"
             if not isinstance(rule, dict) or set(rule) - {"tp", "concurrency_below", "value"}:
@@ -181,8 +188,10 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             if graphs not in (None, "concurrency"):
                 raise UserError(f"{RECIPES}: cuda_graph_max: expected 'concurrency' (the scripts capture up to "
                                 f"their CONC), got {graphs!r}")
+            ab = e.get("attention_dp_balance") if attention_dp else None
             return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
-                          " ".join(e["source"].split()), options, recv, (concurrency or None) if graphs else None)
+                          " ".join(e["source"].split()), options, recv, (concurrency or None) if graphs else None,
+                          None if ab is None else (int(ab["batching_wait_iters"]), int(ab["timeout_iters"])))
     return None
 
 
@@ -221,7 +230,10 @@ def with_recipe(case: Case, precision: str) -> Case:
     moe = "".join(f", {k} {v}" for k, v in r.engine_options)
     recv = f", scheduler recv interval {r.recv_interval}" if r.recv_interval else ""
     graphs = f", CUDA graphs up to {r.cuda_graph_max} sequences (the concurrency)" if r.cuda_graph_max else ""
-    note = f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv}{graphs} ({r.source})"
+    adp = (f", attention_dp_config enable_balance (batching_wait_iters {r.adp_balance[0]}, timeout_iters "
+           f"{r.adp_balance[1]})" if r.adp_balance else "")
+    note = (f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv}{graphs}{adp} "
+            f"({r.source})")
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
                    memory_fraction=r.memory_fraction, engine_options=r.engine_options, recv_interval=r.recv_interval,
-                   cuda_graph_max=r.cuda_graph_max, notes=case.notes + (note,))
+                   cuda_graph_max=r.cuda_graph_max, adp_balance=r.adp_balance, notes=case.notes + (note,))

@@ -93,6 +93,7 @@ class Case:
     recv_interval: int | None = None      # its SGLang --scheduler-recv-interval
     overlap: bool | None = None           # its engine's overlap scheduling (None: the profile's default)
     cuda_graph_max: int | None = None     # its decode workers' largest CUDA graph (None: the engine's)
+    adp_balance: tuple[int, int] | None = None  # its TensorRT-LLM attention_dp_config enable_balance
 
     @property
     def num_queries(self) -> int:

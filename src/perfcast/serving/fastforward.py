@@ -43,7 +43,7 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
     both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
     ``new_token_ratio`` per decode step. ``max_steps``: at most that many steps (SGLang's next
-    take-in of held requests, :class:`perfcast.serving.sim._Inbox`)."""
+    take-in of held requests, :class:`perfcast.serving.intake._Inbox`)."""
     r = eng.running
     if not r or eng.chunked is not None:
         return None

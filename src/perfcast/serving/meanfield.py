@@ -154,6 +154,12 @@ class _Model:
         return self.price(self.step, Mix(chunks=self.chunks(need) * n))
 
     @property
+    def prefill_batch_steps(self) -> int:
+        """SGLang: the steps one prefill batch takes (one, or a long prompt's chunk steps)."""
+        need, budget = self.load.prefill_tokens, self.engine.max_num_tokens
+        return len(self.chunks(budget)) if need > budget else 1
+
+    @property
     def prefill_batch_max(self) -> int:
         return max(1, self.engine.step_tokens // self.load.prefill_tokens)
 
@@ -173,18 +179,38 @@ def _state(m: _Model, r: float) -> _State:
     prompts of ``N`` steps form one batch, and a request sent at the end of a decode step waits
     ``(N − 1) / 2`` decode steps on average before it is taken in (uniformly 0 … N − 1 steps
     before the next take-in), counted in its TTFT. A decoding sequence sees at least itself: steps
-    are priced at ``max(d, 1)`` decodes."""
+    are priced at ``max(d, 1)`` decodes.
+
+    ``R = coupled_ranks`` attention-DP ranks stepping together (each with this load; a step lasts
+    as long as the slowest rank's, docs/design/serving.md "Attention-DP ranks step together"), the
+    ranks' prompts falling in independent steps. Mixed: a rank's chunk rides a share
+    ``u = min(1, m r)`` of its steps, some rank's a share ``U = 1 − (1 − u)^R``, so
+    ``τ = step(d) + r · ΔP(d) + (U − u) · ΔP(d) / m``. SGLang: a rank prefills in a share
+    ``q = a / (1 + a)`` of the steps (``a = (r / b) · s`` prefill steps per decode step, ``s`` the
+    steps of one batch), some rank in ``Q = 1 − (1 − q)^R``, and a decode step that another rank's
+    prefill step runs beside lasts that step, ``P(b) / s``: ``τ += (Q − q)(1 + a) · max(P(b) / s −
+    step(d), 0)``. Both are the one-rank forms at ``R = 1``."""
     d = r * (m.load.osl - 1) / m.e
     n = max(d, 1.0)
     f = _lerp(lambda i: m.at(m.decode_s, i), n)
+    ranks = m.engine.coupled_ranks
     if m.engine.policy == "sglang":
         k = m.engine.recv_interval
         b = min(max(r * k, 1.0), m.prefill_batch_max)
         p = _lerp(lambda i: m.at(m.prefill_batch_s, i), b)
-        return _State(r, d, f + r / b * p, p + (k - 1) / 2 * f)
+        tau = f + r / b * p
+        if ranks > 1:   # another rank's prefill step stretches this rank's decode step to its length
+            a = r / b * m.prefill_batch_steps
+            q = a / (1 + a)
+            tau += (1 - (1 - q) ** ranks - q) * (1 + a) * max(p / m.prefill_batch_steps - f, 0.0)
+        return _State(r, d, tau, p + (k - 1) / 2 * f)
     extra = _lerp(lambda i: m.at(m.prompt_extra_s, i), n)
     steps = _lerp(lambda i: m.at(m.prompt_steps, i), n)
-    return _State(r, d, f + r * extra, steps * f + extra * max(1.0, steps * r))
+    tau = f + r * extra
+    if ranks > 1:   # the chunk steps of every rank: a step carries some rank's chunk with 1 − (1 − u)^R
+        u = min(1.0, steps * r)
+        tau += (1 - (1 - u) ** ranks - u) * extra / steps
+    return _State(r, d, tau, steps * f + extra * max(1.0, steps * r))
 
 
 def _r_budget(m: _Model) -> float:

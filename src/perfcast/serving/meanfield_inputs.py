@@ -34,6 +34,9 @@ class EngineConfig:
     recv_interval: int = 1
     take_in_lag: int = 1
     micro_batches: int = 1   # batches in flight (a pipeline's stages): a step's budget is this many batches'
+    #: attention-DP ranks that step together (an MoE engine's; 1: an independent instance): each step
+    #: lasts as long as the slowest rank's (:func:`perfcast.serving.meanfield._state`)
+    coupled_ranks: int = 1
 
     @property
     def step_tokens(self) -> int:
@@ -47,7 +50,7 @@ class EngineConfig:
             raise UserError(f"recv_interval {self.recv_interval}: a positive count, above 1 only for sglang")
         if self.take_in_lag not in (1, 2):
             raise UserError(f"take_in_lag {self.take_in_lag}: 1 (a synchronous loop) or 2 (one step ahead)")
-        for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices"):
+        for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices", "coupled_ranks"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)}: must be at least 1")
         if self.spec_k < 0 or len(self.acceptance) != self.spec_k:

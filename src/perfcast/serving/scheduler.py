@@ -55,6 +55,13 @@ class SchedulerConfig:
     #: the engine's overlap loop (``overlap`` off: TensorRT-LLM's PyExecutor runs ``_executor_loop_pp``
     #: when ``pp_size > 1``, SGLang's ``event_loop_pp`` is "a non-overlap scheduler loop")
     micro_batches: int = 1
+    #: the data-parallel load balancer (``round_robin`` or ``least_loaded``): which attention-DP rank a
+    #: new request goes to (:mod:`perfcast.serving.sim_dp`)
+    dp_balance: str = "least_loaded"
+    #: TensorRT-LLM ``attention_dp_config`` with ``enable_balance``: (``batching_wait_iters``,
+    #: ``timeout_iters``) — context requests held until every attention-DP rank has some (None: off,
+    #: the engine's default; :mod:`perfcast.serving.sim_dp`)
+    adp_balance: tuple[int, int] | None = None
 
     @property
     def step_tokens(self) -> int:
@@ -77,6 +84,13 @@ class SchedulerConfig:
                             f"(batch_wait_timeout_iters, batch_wait_max_tokens_ratio); engine "
                             f"{self.engine or self.policy} has none")
         checked_number(self.recv_interval, "--scheduler-recv-interval", integer=True, positive=True)
+        if self.adp_balance is not None:
+            if self.policy != "trtllm":
+                raise UserError(f"--attention-dp-balance: holding prompts until every attention-DP rank has one is "
+                                f"TensorRT-LLM's (attention_dp_config.enable_balance); engine "
+                                f"{self.engine or self.policy} has none")
+            checked_number(self.adp_balance[0], "--attention-dp-balance batching_wait_iters", integer=True, minimum=0)
+            checked_number(self.adp_balance[1], "--attention-dp-balance timeout_iters", integer=True, minimum=0)
         if self.recv_interval > 1 and self.policy != "sglang":
             raise UserError(f"--scheduler-recv-interval: taking in requests every N decode steps is SGLang's "
                             f"(scheduler_recv_interval); engine {self.engine or self.policy} has none")
@@ -108,7 +122,8 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                      max_num_tokens: int | None = None, chunked_prefill: bool | None = None,
                      mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
                      memory_fraction: float | None = None, recv_interval: int | None = None,
-                     overlap: bool | None = None, micro_batches: int = 1) -> SchedulerConfig:
+                     overlap: bool | None = None, micro_batches: int = 1,
+                     adp_balance: tuple[int, int] | None = None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults,
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
     (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting, the engine's memory
@@ -129,23 +144,27 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
         new_token_ratio=(ratio.init, ratio.min_factor, ratio.decay_steps) if ratio else None, engine=prof.name,
         batch_wait=(s.batch_wait.timeout_iters, s.batch_wait.max_tokens_ratio) if s.batch_wait else (0, 0.0),
         recv_interval=s.recv_interval.value if s.recv_interval else 1,
-        overlap=s.overlap.value if s.overlap and micro_batches == 1 else False, micro_batches=int(micro_batches))
+        overlap=s.overlap.value if s.overlap and micro_batches == 1 else False, micro_batches=int(micro_batches),
+        dp_balance=s.dp_balance.value if s.dp_balance else "least_loaded")
     if micro_batches > 1 and overlap:
         raise UserError("--overlap-scheduling: a pipeline-parallel instance runs the engine's pipeline loop, not its "
                         "overlap loop (TensorRT-LLM _executor_loop_pp, SGLang's non-overlap event_loop_pp, vLLM's "
                         "batch queue of one batch per stage); drop --pp-size or the flag")
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
-                          memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap)
+                          memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap,
+                          adp_balance=adp_balance)
 
 
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
                    batch_wait: tuple[int, float] | None = None,
                    memory_fraction: float | None = None, recv_interval: int | None = None,
-                   overlap: bool | None = None) -> SchedulerConfig:
+                   overlap: bool | None = None, adp_balance: tuple[int, int] | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
+    if adp_balance is not None:
+        changes["adp_balance"] = (adp_balance[0], adp_balance[1])
     if overlap is not None:
         changes["overlap"] = bool(overlap)
     if recv_interval is not None:   # (checked with the others in SchedulerConfig.__post_init__)

@@ -19,6 +19,7 @@ from perfcast.serving import meanfield
 from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
 from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
 from perfcast.serving.sim import Speculative, simulate
+from perfcast.serving.sim_dp import simulate_coupled
 from perfcast.serving.step import Deployment, StepModel, compile_step
 from perfcast.serving.types import SLO, KVCache, ServingResult
 from perfcast.serving.workload import Workload
@@ -50,6 +51,7 @@ class ServeSpec:
     memory_fraction: float | None = None    # the engine's share of memory for the KV cache (None: the engine's own)
     recv_interval: int | None = None        # SGLang --scheduler-recv-interval (None: the engine's own, 1)
     overlap: bool | None = None             # overlap (async) scheduling on/off (None: the engine's own)
+    adp_balance: tuple[int, int] | None = None  # TensorRT-LLM attention_dp_config (batching_wait_iters, timeout_iters)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ def serve(spec: ServeSpec) -> ServeReport:
         if spec.recv_interval not in (None, 1):
             raise UserError("--scheduler-recv-interval: modelled for an aggregated SGLang engine only; a "
                             "disaggregated pool takes in its requests every step here (drop --disagg or the interval)")
+        if spec.adp_balance is not None:
+            raise UserError("--attention-dp-balance: modelled for an aggregated engine's coupled attention-DP ranks "
+                            "only; a disaggregated pool's ranks are simulated apart (drop --disagg or the flag)")
         if spec.overlap is not None:
             raise UserError("--overlap-scheduling / --no-overlap-scheduling: modelled for an aggregated engine only; a "
                             "disaggregated pool takes a request in at the next step here (drop --disagg or the flag)")
@@ -139,24 +144,38 @@ def serve(spec: ServeSpec) -> ServeReport:
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                              chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
                              memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
-                             overlap=spec.overlap, micro_batches=dep.layout.pp)
+                             overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")
     ranks = dep.layout.dp
-    load = _rank_load(spec.workload, ranks)
+    coupled = ranks > 1 and dep.layout.attention_dp   # MoE ranks that step together (.sim_dp)
+    if sched.adp_balance is not None and not coupled:
+        raise UserError("--attention-dp-balance: balances the prompts of attention-DP ranks; give --attention-dp "
+                        "with --dp-size above 1")
+    # one rank's share of the load: the independent ranks' simulation and the closed form's mean field
+    load = spec.workload if coupled and spec.tier == "simulation" else _rank_load(spec.workload, ranks)
     k = spec.speculative.k if spec.speculative else 0
-    step = compile_step(dep, max_tokens=_max_tokens(sched, load, k))
+    # a coupled rank may hold more than its share of the clients (the balancer's choice): size the step for all
+    sims = coupled and spec.tier != "closed-form"
+    step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload if sims else load, k))
     mem, kv = _kv_cache(spec, sched, step)
     notes = list(_notes(dep, sched, kv, mem, ranks))
     notes += [n for n in (launch_note(step), unpriced_note(step)) if n]
     results, trace = {}, None
     if spec.tier in ("simulation", "both"):
-        r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
-                            slo=spec.slo, trace=spec.trace)
-        if not r.stable:
-            r = _with_saturation(r, step, kv, sched, load, dep, spec)
-        results["simulation"] = _scaled(r, ranks)
+        if coupled:
+            r, trace = simulate_coupled(step, kv, sched, spec.workload, ranks, devices=_rank_devices(dep),
+                                        speculative=spec.speculative, slo=spec.slo, trace=spec.trace)
+            if not r.stable:
+                r = _with_saturation(r, step, kv, sched, spec.workload, dep, spec, ranks)
+        else:
+            r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
+                                slo=spec.slo, trace=spec.trace)
+            if not r.stable:
+                r = _with_saturation(r, step, kv, sched, load, dep, spec)
+            r = _scaled(r, ranks)
+        results["simulation"] = r
     if spec.tier in ("closed-form", "both"):
         results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, load), ranks)
     if spec.max_load:
@@ -165,10 +184,13 @@ def serve(spec: ServeSpec) -> ServeReport:
 
 
 def _with_saturation(r: ServingResult, step, kv, sched, load: Workload, dep: Deployment,
-                     spec: ServeSpec) -> ServingResult:
-    """An overloaded run's sustainable rate: the same requests all queued at t = 0 (max load)."""
-    sat, _ = simulate(step, kv, sched, replace(load, concurrency=load.num_requests, rate=None, warmup=0),
-                      devices=_rank_devices(dep), speculative=spec.speculative)
+                     spec: ServeSpec, coupled: int = 0) -> ServingResult:
+    """An overloaded run's sustainable rate: the same requests all queued at t = 0 (max load);
+    ``coupled``: that many attention-DP ranks stepped together."""
+    full = replace(load, concurrency=load.num_requests, rate=None, warmup=0)
+    sat, _ = (simulate_coupled(step, kv, sched, full, coupled, devices=_rank_devices(dep),
+                               speculative=spec.speculative) if coupled else
+              simulate(step, kv, sched, full, devices=_rank_devices(dep), speculative=spec.speculative))
     return replace(r, sustainable_rate=sat.requests_per_s,
                    notes=r.notes + (f"sustainable rate: the requests/s of the same requests at max load "
                                     f"({sat.requests_per_s:.4g}/s)",))
@@ -247,9 +269,19 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
                  w: Workload) -> ServingResult:
     sp = spec.speculative
     engine = engine_config(spec, sched, kv, spec.deployment)
+    lay = spec.deployment.layout
+    if lay.dp > 1 and lay.attention_dp and sched.adp_balance is None:   # balanced ranks prefill together
+        engine = replace(engine, coupled_ranks=lay.dp)
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
+    if sched.adp_balance is not None:
+        r = replace(r, notes=r.notes + ("attention-DP balance (--attention-dp-balance): the ranks priced apart, their "
+                                        "prompts in the same steps; the wait for every rank to have one is not in "
+                                        "this TTFT (the simulation's holds it)",))
+    elif engine.coupled_ranks > 1:
+        r = replace(r, notes=r.notes + (f"{engine.coupled_ranks} attention-DP ranks stepping together: the mean step "
+                                        f"carries every rank's prompts (independent steps)",))
     if w.input_len.kind != "fixed" or w.output_len.kind != "fixed":
         r = replace(r, notes=r.notes + (f"lengths drawn from distributions: the closed form takes their means "
                                         f"(isl {isl}, osl {osl})",))

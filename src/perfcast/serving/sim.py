@@ -16,7 +16,6 @@ grows without bound; the run is then reported ``stable=False`` with no latencies
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +23,7 @@ import numpy as np
 from perfcast.ir.errors import UserError
 
 from .fastforward import _fast_forward, _finish
+from .intake import _Inbox, _Sent
 from .kvcache import BlockPool
 from .metrics import goodput, per_user_tokens_per_s, request_metrics, summarize, weighted_summary
 from .policies import SCHEDULERS, Engine
@@ -87,6 +87,7 @@ class _Run:
         self.done = 0
         self.trace = SimTrace() if trace else None
         self.handed: list | None = None   # an outer loop (disagg) takes each step's finished requests here
+        self.ranks = 1                    # engine instances stepped together (coupled attention-DP ranks)
 
 
 def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Workload, *, devices: int = 1,
@@ -95,6 +96,16 @@ def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Work
     """Serve ``workload`` on one engine instance priced by ``step``; the result counts the
     non-warm-up requests. Deterministic for the workload's seed."""
     reqs = generate(workload)
+    eng = _engine(reqs, kv, sched, workload, speculative)
+    run = _Run(reqs, trace)
+    rng = np.random.default_rng([workload.seed, 1])
+    queue_at_last = _loop(eng, run, step, reqs, workload, speculative, rng)
+    return _result(eng, run, reqs, workload, kv, devices, slo, queue_at_last), run.trace
+
+
+def _engine(reqs: Requests, kv: KVCache, sched: SchedulerConfig, workload: Workload,
+            speculative: Speculative | None) -> Engine:
+    """One engine instance's state for ``reqs`` (checked to fit its KV cache), with its own blocks."""
     k = speculative.k if speculative else 0
     _check_fits(reqs, kv, sched, k)
     hb = 1
@@ -103,13 +114,8 @@ def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Work
             raise UserError(f"--hash-block-tokens: {workload.hash_block_tokens} is not a multiple of the KV block "
                             f"size {kv.block_size}")
         hb = workload.hash_block_tokens // kv.block_size
-    pool = BlockPool(kv, hb)
-    eng = Engine(sched, pool, reqs.input_length, reqs.output_length, reqs.hash_ids, workload.prefix_hit_rate, k,
-                 workload.hash_block_tokens)
-    run = _Run(reqs, trace)
-    rng = np.random.default_rng([workload.seed, 1])
-    queue_at_last = _loop(eng, run, step, reqs, workload, speculative, rng)
-    return _result(eng, run, reqs, workload, kv, devices, slo, queue_at_last), run.trace
+    return Engine(sched, BlockPool(kv, hb), reqs.input_length, reqs.output_length, reqs.hash_ids,
+                  workload.prefix_hit_rate, k, workload.hash_block_tokens)
 
 
 def _check_fits(reqs: Requests, kv: KVCache, sched: SchedulerConfig, k: int) -> None:
@@ -188,66 +194,6 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
     return queue_at_last
 
 
-class _Sent:
-    """Requests sent but not yet seen by the scheduler (:attr:`SchedulerConfig.take_in_lag`):
-    one a closed-loop client sends on the outputs of step ``s`` joins the queue once step
-    ``s + lag`` has run; one that arrived while step ``s`` ran, once step ``s + lag − 1`` has (a
-    synchronous loop: at once, as the next step is scheduled). An idle engine takes everything in
-    at once (its loop waits on the request socket)."""
-
-    def __init__(self, queue: list, lag: int):
-        self.queue, self.lag = queue, lag
-        self.due: deque = deque()   # (step count after which it joins, request), in order
-
-    def sent_on_output(self, i: int, steps: int) -> None:
-        self.due.append((steps + self.lag, i))
-
-    def arrived(self, i: int, steps: int) -> None:
-        self.due.append((steps + self.lag - 1, i))
-
-    def release(self, steps: int, idle: bool) -> None:
-        due = self.due
-        while due and (idle or due[0][0] <= steps):
-            self.queue.append(due.popleft()[1])
-
-    def left(self, steps: int) -> int | None:
-        """Steps until the next request joins (None: none is waiting to)."""
-        return max(self.due[0][0] - steps, 1) if self.due else None
-
-
-class _Inbox:
-    """SGLang's ``--scheduler-recv-interval`` N (``SchedulerRecvSkipper``, python/sglang/srt/managers/
-    scheduler_recv_skipper.py): a sent request waits in the scheduler's socket until
-    ``Scheduler.recv_requests`` takes it in, which it does when a counter reaches N — each decode
-    step adds 1, any step that prefilled 1000 (so the next loop takes in), a take-in resets it to 0.
-    An engine with nothing to run takes in at once (its idle loop's own time is not modelled)."""
-
-    def __init__(self, interval: int):
-        self.n = interval
-        self.count = interval          # nothing run yet: the first loop takes in
-        self.held: list[int] = []
-
-    def due(self) -> bool:
-        return self.count >= self.n
-
-    def take(self, eng: Engine) -> None:
-        eng.waiting.extend(self.held)
-        self.held.clear()
-        self.count = 0
-
-    def left(self) -> int:
-        """Decode steps until the next take-in."""
-        return max(self.n - self.count, 1)
-
-    def decoded(self, steps: int) -> None:
-        """``steps`` decode steps, each followed by a loop that takes in at N (then with nothing held)."""
-        c = self.count + steps
-        self.count = c if c <= self.n else (c - 1) % self.n + 1
-
-    def prefilled(self) -> None:
-        self.count = self.n
-
-
 class _Pricer:
     """Step prices memoised by mix (the step cost is pure); the draft cost added per decode step."""
 
@@ -288,15 +234,26 @@ class _Pricer:
 
 def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: float) -> float:
     """Run one planned step; returns the clock at its end."""
-    comp, gen, isl, osl = eng.comp, eng.gen, eng.isl, eng.osl
+    mix = _mix(eng, planned)
+    end = t + price(mix)
+    run.steps += 1
+    _apply(eng, run, planned, t, end, _accepted(spec, mix.decodes, rng))
+    return end
+
+
+def _mix(eng: Engine, planned) -> Mix:
+    """The batch mix of a planned step (decodes and their context, prefill chunks)."""
+    comp = eng.comp
     decs = [i for i, _, d in planned if d]
     chunks = tuple(Chunk(n, comp[i]) for i, n, d in planned if not d)
-    mix = Mix(len(decs), sum(comp[i] for i in decs), chunks, eng.k if decs else 0)
-    start = t
-    t += price(mix)
-    accepted = _accepted(spec, len(decs), rng)
+    return Mix(len(decs), sum(comp[i] for i in decs), chunks, eng.k if decs else 0)
+
+
+def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) -> None:
+    """The planned step's effect, run from ``start`` to ``t``: tokens computed and emitted (the
+    decodes' accepted drafts in ``accepted``), first tokens, ITL gaps, completions."""
+    comp, gen, isl, osl = eng.comp, eng.gen, eng.isl, eng.osl
     tr = run.trace
-    run.steps += 1
     run.seq_steps += len(planned)
     finished = []
     j = 0
@@ -327,9 +284,8 @@ def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: floa
             finished.append(i)
     if finished:
         _finish(eng, run, finished, t)
-    if tr is not None:
-        tr.counter(t, len(planned), eng.pool.used * eng.bs, len(chunks), start)
-    return t
+    if tr is not None and run.ranks == 1:
+        tr.counter(t, len(planned), eng.pool.used * eng.bs, sum(1 for _, _, d in planned if not d), start)
 
 
 def _accepted(spec: Speculative | None, decodes: int, rng) -> np.ndarray:

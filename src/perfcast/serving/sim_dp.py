@@ -1,0 +1,190 @@
+"""Attention-data-parallel ranks of one MoE engine, simulated together.
+
+With attention DP an MoE model's data-parallel ranks are not independent engine instances: every
+forward pass runs the expert layers over all the ranks' tokens, so the ranks step together.
+vLLM: "Forward passes must be aligned, and expert layers across all ranks are required to
+synchronize during every forward pass ... empty 'dummy' forward passes are performed in all ranks
+that don't currently have any requests scheduled" (docs/serving/data_parallel_deployment.md), and
+``GPUModelRunner.get_dp_padding`` pads every rank's step to the most tokens any rank runs. SGLang:
+``Scheduler.prepare_mlp_sync_batch`` gathers every rank's token count each step and an idle rank
+runs an idle batch. TensorRT-LLM: ``PyExecutor`` with ``enable_attention_dp`` gathers the ranks'
+states every iteration and the MoE exchanges every rank's tokens.
+
+So one step of the engine is one step of every rank, and it lasts as long as the slowest: a rank
+whose step carries a prefill chunk holds up the decodes of all the others. Each rank keeps its own
+scheduler, KV cache and waiting queue (:mod:`.policies`); the step's price is the highest of the
+ranks' own prices, each rank's mix priced as if every rank ran it (:class:`~.types.StepCost` prices
+a symmetric step). That is vLLM's padding exactly; for SGLang and TensorRT-LLM, which exchange the
+ranks' real token counts, it over-counts the expert layers' share of a step in which the ranks'
+counts differ.
+
+Requests go to ranks by the engine's data-parallel balancer (``SchedulerConfig.dp_balance``, from
+the profile): ``round_robin`` in turn, ``least_loaded`` to the rank with the fewest unfinished
+requests (first on ties). The simulation runs step by step (no fast-forward: a run of decode steps
+on one rank ends whenever another rank's changes).
+
+TensorRT-LLM's ``attention_dp_config.enable_balance`` (``SchedulerConfig.adp_balance``: off by
+default, on in InferenceX's attention-DP scripts) holds the context requests of a step back on every
+rank unless every rank has some and a free slot (``PyExecutor._balance_adp_requests``,
+tensorrt_llm/_torch/pyexecutor/py_executor.py): a step in which they are not all ready counts
+towards ``timeout_iters``, after which (or when some rank has no generation request) they go; when
+they are all ready and every rank also has generation requests, they wait ``batching_wait_iters``
+steps more. The prompts of the ranks then run in the same steps, so one rank's prefill holds the
+others up only while they prefill too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from .intake import _Inbox, _Sent
+from .policies import SCHEDULERS, Engine
+from .scheduler import SchedulerConfig
+from .sim import Speculative, _accepted, _apply, _engine, _mix, _Pricer, _result, _Run
+from .types import SLO, KVCache, ServingResult, StepCost
+from .workload import Workload, generate
+
+
+def simulate_coupled(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Workload, ranks: int, *,
+                     devices: int = 1, speculative: Speculative | None = None, slo: SLO | None = None,
+                     trace: bool = False) -> tuple[ServingResult, object]:
+    """Serve ``workload`` (the whole deployment's) on ``ranks`` coupled attention-DP ranks, each with
+    the KV cache ``kv``; ``devices`` per rank. The result is the deployment's: throughput over all
+    ranks, KV figures and the mean batch per rank. Deterministic for the workload's seed."""
+    reqs = generate(workload)
+    engs = [_engine(reqs, kv, sched, workload, speculative) for _ in range(ranks)]
+    run = _Run(reqs, trace)
+    run.ranks = ranks
+    rng = np.random.default_rng([workload.seed, 1])
+    queue_at_last = _Coupled(engs, run, step, workload, speculative, rng).loop()
+    whole = SimpleNamespace(pool=SimpleNamespace(peak_used=max(e.pool.peak_used for e in engs)),
+                            preemptions=sum(e.preemptions for e in engs))
+    r = _result(whole, run, reqs, workload, kv, devices * ranks, slo, queue_at_last)
+    batch = None if r.mean_batch is None else r.mean_batch / ranks
+    notes = r.notes + (f"{ranks} attention-DP ranks stepped together: each step lasts as long as the slowest "
+                       f"rank's; requests given to ranks {sched.dp_balance.replace('_', ' ')}",)
+    return replace(r, mean_batch=batch, notes=notes), run.trace
+
+
+class _Coupled:
+    """The coupled ranks' loop: route, take in, schedule every rank, price, apply."""
+
+    def __init__(self, engs: list[Engine], run: _Run, step: StepCost, w: Workload, spec, rng):
+        self.engs, self.run, self.w, self.spec, self.rng = engs, run, w, spec, rng
+        cfg = engs[0].cfg
+        self.price = _Pricer(step, spec)
+        self.schedule = SCHEDULERS[cfg.policy]
+        self.inboxes = [_Inbox(cfg.recv_interval) if cfg.recv_interval > 1 else None for _ in engs]
+        self.sent = [_Sent(e.waiting if b is None else b.held, cfg.take_in_lag) for e, b in zip(engs, self.inboxes)]
+        self.rank_of = np.full(run.n, -1, np.int64)
+        self.active = [0] * len(engs)          # unfinished requests given to each rank
+        self.turn = 0
+        self.least = cfg.dp_balance == "least_loaded"
+        self.balance = cfg.adp_balance
+        self.ctx_waiting = self.ctx_batching = 0   # TensorRT-LLM's adp_ctx_{waiting,batching_wait}_iters_count
+
+    def _route(self, i: int) -> int:
+        if self.least:
+            r = min(range(len(self.engs)), key=self.active.__getitem__)
+        else:
+            r = self.turn
+            self.turn = (r + 1) % len(self.engs)
+        self.rank_of[i] = r
+        self.active[r] += 1
+        return r
+
+    def _busy(self, r: int) -> bool:
+        e = self.engs[r]
+        return bool(e.running or e.waiting or e.chunked is not None)
+
+    def loop(self) -> int:
+        """Step until every request has finished; the waiting requests at the last arrival (open loop)."""
+        run, w, engs = self.run, self.w, self.engs
+        n, t, nxt, queue_at_last = run.n, 0.0, 0, 0
+        closed = w.closed_loop
+        if closed:
+            nxt = min(w.concurrency, n)
+            for i in range(nxt):
+                run.send[i] = 0.0
+                self.sent[self._route(i)].queue.append(i)
+        while run.done < n:
+            if not closed:
+                while nxt < n and run.send[nxt] <= t:
+                    self.sent[self._route(nxt)].arrived(nxt, run.steps)
+                    nxt += 1
+                    if nxt == n:
+                        queue_at_last = sum(len(e.waiting) + len(s.due) for e, s in zip(engs, self.sent)) + sum(
+                            len(b.held) for b in self.inboxes if b is not None)
+            for r, (s, b) in enumerate(zip(self.sent, self.inboxes)):
+                s.release(run.steps, idle=not self._busy(r))
+                if b is not None and (b.due() or not self._busy(r)):
+                    b.take(engs[r])
+            if not closed and not any(map(self._busy, range(len(engs)))):
+                t = float(run.send[nxt])
+                continue
+            before = run.done
+            t = self._step(t)
+            if closed:   # each finished request's client sends its next one now
+                for _ in range(run.done - before):
+                    if nxt < n:
+                        run.send[nxt] = t
+                        self.sent[self._route(nxt)].sent_on_output(nxt, run.steps)
+                        nxt += 1
+        return queue_at_last
+
+    def _step(self, t: float) -> float:
+        run, engs = self.run, self.engs
+        planned = [self.schedule(e) if self._busy(r) else [] for r, e in enumerate(engs)]
+        if self.balance is not None:
+            planned = self._balanced(planned)
+        if not any(planned):
+            raise RuntimeError(f"serving simulation stalled at t={t:.6g}s with "
+                               f"{sum(len(e.waiting) for e in engs)} waiting and "
+                               f"{sum(len(e.running) for e in engs)} running requests")
+        mixes = [_mix(e, p) if p else None for e, p in zip(engs, planned)]
+        end = t + max(self.price(m) for m in mixes if m is not None)
+        run.steps += 1
+        for r, (e, p, m) in enumerate(zip(engs, planned, mixes)):
+            if not p:
+                continue
+            before = run.done
+            _apply(e, run, p, t, end, _accepted(self.spec, m.decodes, self.rng))
+            self.active[r] -= run.done - before
+            b = self.inboxes[r]
+            if b is not None:
+                if all(d for _, _, d in p):
+                    b.decoded(1)
+                else:
+                    b.prefilled()
+        tr = run.trace
+        if tr is not None:
+            tr.counter(end, sum(map(len, planned)), sum(e.pool.used * e.bs for e in engs),
+                       sum(1 for p in planned for _, _, d in p if not d), t)
+        return end
+
+    def _balanced(self, planned: list) -> list:
+        """``PyExecutor._balance_adp_requests``: every rank's context requests, or none of them."""
+        wait, timeout = self.balance
+        ctx = [any(not d for _, _, d in p) for p in planned]
+        gen = [sum(1 for _, _, d in p if d) for p in planned]
+        cap = self.engs[0].cfg.max_num_seqs
+        hold = False
+        if all(ctx) and (cap is None or all(g < cap for g in gen)):
+            self.ctx_waiting = 0
+            if all(gen):
+                if self.ctx_batching < wait:
+                    self.ctx_batching += 1
+                    hold = True
+                else:
+                    self.ctx_batching = 0
+        else:
+            self.ctx_waiting += 1
+            hold = True
+            if self.ctx_waiting >= timeout or not all(gen):
+                self.ctx_waiting = 0
+                hold = False
+        return [[x for x in p if x[2]] for p in planned] if hold else planned
+
