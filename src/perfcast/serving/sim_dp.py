@@ -79,7 +79,6 @@ class _Coupled:
         self.schedule = SCHEDULERS[cfg.policy]
         self.inboxes = [_Inbox(cfg.recv_interval) if cfg.recv_interval > 1 else None for _ in engs]
         self.sent = [_Sent(e.waiting if b is None else b.held, cfg.take_in_lag) for e, b in zip(engs, self.inboxes)]
-        self.rank_of = np.full(run.n, -1, np.int64)
         self.active = [0] * len(engs)          # unfinished requests given to each rank
         self.turn = 0
         self.least = cfg.dp_balance == "least_loaded"
@@ -87,12 +86,12 @@ class _Coupled:
         self.ctx_waiting = self.ctx_batching = 0   # TensorRT-LLM's adp_ctx_{waiting,batching_wait}_iters_count
 
     def _route(self, i: int) -> int:
+        """The rank request ``i`` goes to (the engine's balancer)."""
         if self.least:
             r = min(range(len(self.engs)), key=self.active.__getitem__)
         else:
             r = self.turn
             self.turn = (r + 1) % len(self.engs)
-        self.rank_of[i] = r
         self.active[r] += 1
         return r
 
