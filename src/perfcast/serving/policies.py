@@ -76,6 +76,11 @@ class Engine:
         self.ratio = ratio[0] if ratio else 0.0
         self.waited = 0                          # TRT-LLM's batch_wait_iters_count
 
+    @property
+    def busy(self) -> bool:
+        """Anything to run: requests running or waiting, or SGLang's chunked prefill under way."""
+        return bool(self.running or self.waiting or self.chunked is not None)
+
     # -- KV blocks ---------------------------------------------------------------------------------
 
     def held(self, i: int) -> int:

@@ -153,31 +153,27 @@ def serve(spec: ServeSpec) -> ServeReport:
     if sched.adp_balance is not None and not coupled:
         raise UserError("--attention-dp-balance: balances the prompts of attention-DP ranks; give --attention-dp "
                         "with --dp-size above 1")
-    # one rank's share of the load: the independent ranks' simulation and the closed form's mean field
-    load = spec.workload if coupled and spec.tier == "simulation" else _rank_load(spec.workload, ranks)
+    # the closed form (and independent ranks' simulation) takes one rank's share of the load; coupled
+    # ranks are simulated on the whole of it, a rank holding as many of its clients as the balancer gives it
+    rank_load = None if coupled and spec.tier == "simulation" else _rank_load(spec.workload, ranks)
+    sim_load = spec.workload if coupled else rank_load
     k = spec.speculative.k if spec.speculative else 0
-    # a coupled rank may hold more than its share of the clients (the balancer's choice): size the step for all
-    sims = coupled and spec.tier != "closed-form"
-    step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload if sims else load, k))
+    step = compile_step(dep, max_tokens=_max_tokens(sched, rank_load if spec.tier == "closed-form" else sim_load, k))
     mem, kv = _kv_cache(spec, sched, step)
     notes = list(_notes(dep, sched, kv, mem, ranks))
     notes += [n for n in (launch_note(step), unpriced_note(step)) if n]
     results, trace = {}, None
     if spec.tier in ("simulation", "both"):
-        if coupled:
-            r, trace = simulate_coupled(step, kv, sched, spec.workload, ranks, devices=_rank_devices(dep),
-                                        speculative=spec.speculative, slo=spec.slo, trace=spec.trace)
-            if not r.stable:
-                r = _with_saturation(r, step, kv, sched, spec.workload, dep, spec, ranks)
-        else:
-            r, trace = simulate(step, kv, sched, load, devices=_rank_devices(dep), speculative=spec.speculative,
-                                slo=spec.slo, trace=spec.trace)
-            if not r.stable:
-                r = _with_saturation(r, step, kv, sched, load, dep, spec)
-            r = _scaled(r, ranks)
-        results["simulation"] = r
+        kw = dict(devices=_rank_devices(dep), speculative=spec.speculative, slo=spec.slo, trace=spec.trace)
+        r, trace = (simulate_coupled(step, kv, sched, sim_load, ranks, **kw) if coupled else
+                    simulate(step, kv, sched, sim_load, **kw))
+        if not r.stable:
+            r = _with_saturation(r, step, kv, sched, sim_load, dep, spec, ranks if coupled else 0)
+        results["simulation"] = r if coupled else _scaled(r, ranks)
     if spec.tier in ("closed-form", "both"):
-        results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, load), ranks)
+        # ranks balanced by TensorRT-LLM prefill together: priced apart
+        together = ranks if coupled and sched.adp_balance is None else 1
+        results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, rank_load, together), ranks)
     if spec.max_load:
         notes.append("max load: every request queued at t = 0, as trtllm-bench and vLLM's throughput benchmark run")
     return ServeReport(spec, sched, kv, mem, ranks, step.source, results, trace, tuple(notes))
@@ -266,12 +262,9 @@ def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
 
 
 def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: StepModel,
-                 w: Workload) -> ServingResult:
+                 w: Workload, coupled_ranks: int = 1) -> ServingResult:
     sp = spec.speculative
-    engine = engine_config(spec, sched, kv, spec.deployment)
-    lay = spec.deployment.layout
-    if lay.dp > 1 and lay.attention_dp and sched.adp_balance is None:   # balanced ranks prefill together
-        engine = replace(engine, coupled_ranks=lay.dp)
+    engine = replace(engine_config(spec, sched, kv, spec.deployment), coupled_ranks=coupled_ranks)
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)

@@ -156,8 +156,8 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
                 nxt += 1
                 if nxt == n:
                     queue_at_last = len(eng.waiting) + (len(inbox.held) if inbox else 0) + len(sent.due)
-        sent.release(run.steps, idle=not (eng.running or eng.waiting or eng.chunked is not None))
-        if inbox is not None and (inbox.due() or not (eng.running or eng.waiting or eng.chunked is not None)):
+        sent.release(run.steps, idle=not eng.busy)
+        if inbox is not None and (inbox.due() or not eng.busy):
             inbox.take(eng)
         if not closed and not eng.running and not eng.waiting:
             t = float(arrivals[nxt])

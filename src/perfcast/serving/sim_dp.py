@@ -36,7 +36,6 @@ others up only while they prefill too.
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -60,13 +59,12 @@ def simulate_coupled(step: StepCost, kv: KVCache, sched: SchedulerConfig, worklo
     run.ranks = ranks
     rng = np.random.default_rng([workload.seed, 1])
     queue_at_last = _Coupled(engs, run, step, workload, speculative, rng).loop()
-    whole = SimpleNamespace(pool=SimpleNamespace(peak_used=max(e.pool.peak_used for e in engs)),
-                            preemptions=sum(e.preemptions for e in engs))
-    r = _result(whole, run, reqs, workload, kv, devices * ranks, slo, queue_at_last)
-    batch = None if r.mean_batch is None else r.mean_batch / ranks
+    r = _result(engs[0], run, reqs, workload, kv, devices * ranks, slo, queue_at_last)
     notes = r.notes + (f"{ranks} attention-DP ranks stepped together: each step lasts as long as the slowest "
                        f"rank's; requests given to ranks {sched.dp_balance.replace('_', ' ')}",)
-    return replace(r, mean_batch=batch, notes=notes), run.trace
+    return replace(r, kv_peak_tokens=max(e.pool.peak_used for e in engs) * kv.block_size,
+                   preemptions=sum(e.preemptions for e in engs),
+                   mean_batch=None if r.mean_batch is None else r.mean_batch / ranks, notes=notes), run.trace
 
 
 class _Coupled:
@@ -95,10 +93,6 @@ class _Coupled:
         self.active[r] += 1
         return r
 
-    def _busy(self, r: int) -> bool:
-        e = self.engs[r]
-        return bool(e.running or e.waiting or e.chunked is not None)
-
     def loop(self) -> int:
         """Step until every request has finished; the waiting requests at the last arrival (open loop)."""
         run, w, engs = self.run, self.w, self.engs
@@ -117,11 +111,11 @@ class _Coupled:
                     if nxt == n:
                         queue_at_last = sum(len(e.waiting) + len(s.due) for e, s in zip(engs, self.sent)) + sum(
                             len(b.held) for b in self.inboxes if b is not None)
-            for r, (s, b) in enumerate(zip(self.sent, self.inboxes)):
-                s.release(run.steps, idle=not self._busy(r))
-                if b is not None and (b.due() or not self._busy(r)):
-                    b.take(engs[r])
-            if not closed and not any(map(self._busy, range(len(engs)))):
+            for e, s, b in zip(engs, self.sent, self.inboxes):
+                s.release(run.steps, idle=not e.busy)
+                if b is not None and (b.due() or not e.busy):
+                    b.take(e)
+            if not closed and not any(e.busy for e in engs):
                 t = float(run.send[nxt])
                 continue
             before = run.done
@@ -136,7 +130,7 @@ class _Coupled:
 
     def _step(self, t: float) -> float:
         run, engs = self.run, self.engs
-        planned = [self.schedule(e) if self._busy(r) else [] for r, e in enumerate(engs)]
+        planned = [self.schedule(e) if e.busy else [] for e in engs]
         if self.balance is not None:
             planned = self._balanced(planned)
         if not any(planned):
