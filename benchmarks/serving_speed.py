@@ -9,8 +9,10 @@ visits every request every step in Python (the per-token baseline the DES avoids
 Poisson arrivals at 40 requests/s, batch limit 128): the split loop (the prefill pool first, then
 each decode instance alone; TensorRT-LLM's in one plain loop) next to the joint event loop of
 every instance, in the same run. Coupled attention-DP ranks (8 ranks of C clients each, stepped
-together and scheduled every step: :mod:`perfcast.serving.sim_dp`, no fast-forward) next to the
-same load on one rank.
+together, their runs of pure-decode steps fast-forwarded together: :mod:`perfcast.serving.sim_dp`).
+Then both again with varied lengths (input uniform in [820, 1024], output in [205, 256], as
+InferenceX's clients send): completions no longer come in waves, a new prompt joins every few
+steps, and most steps go through the scheduler.
 """
 
 from __future__ import annotations
@@ -27,12 +29,22 @@ STEP = AffineStep(fixed_s=0.005, per_token_s=2e-5, per_context_s=1e-8)
 C, ISL, OSL, N = 64, 1024, 256, 4000
 
 
-def des(engine: str) -> float:
+FIXED = Lengths("fixed", ISL), Lengths("fixed", OSL)
+VARIED = Lengths("uniform", ISL * 4 // 5, ISL), Lengths("uniform", OSL * 4 // 5, OSL)
+
+
+def _tokens(w: Workload) -> int:
+    from perfcast.serving.workload import generate
+
+    return int(generate(w).output_length.sum())
+
+
+def des(engine: str, lengths=FIXED) -> float:
     sched = scheduler_config(engine)
-    w = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=N, concurrency=C)
+    w = Workload(*lengths, num_requests=N, concurrency=C)
     start = time.perf_counter()
     simulate(STEP, sched.kv_cache(1_000_000), sched, w)
-    return N * OSL / (time.perf_counter() - start)
+    return _tokens(w) / (time.perf_counter() - start)
 
 
 def des_disagg(engine: str, split: bool) -> float:
@@ -50,14 +62,14 @@ def des_disagg(engine: str, split: bool) -> float:
         disagg.SPLIT = was
 
 
-def des_coupled(engine: str, ranks: int = 8) -> float:
+def des_coupled(engine: str, ranks: int = 8, lengths=FIXED) -> float:
     from perfcast.serving.sim_dp import simulate_coupled
 
     sched = scheduler_config(engine)
-    w = Workload(Lengths("fixed", ISL), Lengths("fixed", OSL), num_requests=N, concurrency=C * ranks)
+    w = Workload(*lengths, num_requests=N, concurrency=C * ranks)
     start = time.perf_counter()
     simulate_coupled(STEP, sched.kv_cache(1_000_000), sched, w, ranks)
-    return N * OSL / (time.perf_counter() - start)
+    return _tokens(w) / (time.perf_counter() - start)
 
 
 def naive(requests: int = 256) -> float:
@@ -92,6 +104,11 @@ def main() -> None:
         rate = des_coupled(engine)
         print(f"DES {engine:7s} 8 coupled attention-DP ranks: {rate / 1e6:6.2f} M tokens / s, "
               f"{rate / TARGET:5.2f}x the 1 M target")
+    for engine in ("vllm", "sglang", "trtllm"):
+        one, coupled = des(engine, VARIED), des_coupled(engine, lengths=VARIED)
+        print(f"DES {engine:7s} varied lengths: {one / 1e6:6.2f} M tokens / s one engine "
+              f"({one / TARGET:5.2f}x the 1 M target), {coupled / 1e6:6.2f} M on 8 coupled ranks "
+              f"({coupled / TARGET:5.2f}x)")
 
 
 if __name__ == "__main__":

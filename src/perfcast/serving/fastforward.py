@@ -44,138 +44,179 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
     ``new_token_ratio`` per decode step. ``max_steps``: at most that many steps (SGLang's next
     take-in of held requests, :class:`perfcast.serving.intake._Inbox`)."""
-    r = eng.running
-    if not r or eng.chunked is not None:
+    run_ = _Decoding.plan(eng, run, price, finishes, min_steps, max_steps)
+    if run_ is None:
         return None
-    b = len(r)
-    if eng.cfg.policy != "sglang" and b > eng.cfg.step_tokens:
-        return None
-    idx = list(r)                          # (the running list shrinks as requests leave)
-    at = _getter(idx)
-    g = np.array(at(eng.gen), np.int64)
-    c = np.array(at(eng.comp), np.int64)
-    if not (g > 0).all() or not (np.array(at(eng.isl), np.int64) + g - c == 1).all():
-        return None   # not every request decoding
-    rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
-    m = int(rem.max()) if finishes else int(rem.min()) - 1
-    if max_steps is not None:
-        m = min(m, max_steps)
-    if m < min_steps:
-        return None
-    # TensorRT-LLM (GUARANTEED_NO_EVICT) reserved each request's whole sequence at admission and
-    # never preempts: its blocks suffice and do not change
-    reserved = eng.cfg.policy == "trtllm"
-    if not reserved:
-        own0 = np.array(at(eng.own), np.int64)
-        held = own0.copy()
-        if eng.hashes is not None:
-            held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
-        m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
-        if m < min_steps:
-            return None
-    # the run, step by step: a step's price by (batch, context); requests leave after their last step
-    order = np.argsort(rem, kind="stable")
-    ends = rem[order]                      # each request's last step, ascending
-    ends_l, ctx_end = ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)
-    k, bb, ctx, t0 = 0, b, int(c.sum()), t
-    times, batches = [], []
-    # a step's price: StepModel.decode_s from its batch's row (as decode_s computes it), else the pricer
-    reach, table = int(c.max()) + m, None
-    while len(times) < m:
-        if price.row is None:
-            d = price.decode(bb, ctx)
-        else:
-            if table is None:
-                table = price.row(bb, reach * bb)
-                if table is None:
-                    price.row = None
-                    continue
-                dense, row, host = table
-            d = max(dense + on_row(row, ctx / bb), host)
+    t0, times = t, []
+    while (d := run_.next_price()) is not None:
         t += d
         times.append(t)
-        batches.append(bb)
-        ctx += bb
-        step = len(times)
-        while k < b and ends_l[k] == step:
-            ctx -= ctx_end[k]
-            bb -= 1
-            k += 1
-            table = None
-        if bb == 0 or t >= horizon:
+        if t >= horizon:
             break
-    m = len(times)
-    done = int(np.searchsorted(ends, m, side="right"))   # requests that left within the run
-    if eng.cfg.policy == "sglang":   # (its ratio decays per decode step, as _sglang_decode does)
-        decay_new_token_ratio(eng, m)
-    # clocks and gaps: every request's first gap from its last token; then one gap per later step
-    # for each counted request still in the batch
-    counted = np.array(at(run.counted), bool)
-    t1 = times[0]                          # the run's first step ends
-    where = np.array(idx)
-    # a request's first step on a disaggregated decode instance: scheduled now; and, when the
-    # client's first token comes from the decode instance, that token (no gap)
-    run.first_sched[where[np.isnan(run.first_sched[where])]] = t0
-    fresh = np.isnan(run.first[where])
-    run.first[where[fresh]] = t1
-    itl_v, itl_w = run.itl_v, run.itl_w
-    gaps = (t1 - np.array(at(run.last)))[counted & ~fresh].tolist()
-    itl_v.extend(gaps)
-    itl_w.extend([1] * len(gaps))
-    if m > 1:
-        cnt_rem = np.sort(rem[counted])
-        alive = len(cnt_rem) - np.searchsorted(cnt_rem, np.arange(2, m + 1), side="left")   # counted in steps 2..m
-        for s in range(1, m):
-            w = int(alive[s - 1])
-            if w:
-                itl_v.append(times[s] - times[s - 1])
-                itl_w.append(w)
-    # blocks: each segment's growth (steps between departures) taken at its end — growth within a
-    # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
-    # freed after their last step
-    steps_of = np.minimum(rem, m)
-    comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
-    bs, pool, tr = eng.bs, eng.pool, run.trace
-    prev = None if reserved else held
-    grows = not reserved and bool((-(-(c + steps_of) // bs) > held).any())
-    first_step = 1
-    for seg_end in sorted(set(ends_l[:done]) | {m}):
-        now = prev
-        if grows:
-            now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
-            if not pool.alloc(int((now - prev).sum())):
-                raise RuntimeError("fast-forward: the KV blocks counted on were not there")
-            prev = now
-        if tr is not None:
-            start = times[first_step - 2] if first_step > 1 else t0
-            tr.counter(times[first_step - 1], batches[first_step - 1], pool.used * bs, 0, start)
-            if seg_end > first_step:
-                tr.counter(times[seg_end - 1], batches[first_step - 1], pool.used * bs, 0, times[first_step - 1])
-        first_step = seg_end + 1
-        leaving = np.flatnonzero(rem == seg_end)
-        if not leaving.size:
-            continue
-        t_end = times[seg_end - 1]
-        gone = where[leaving].tolist()
-        _put(comp, gone, (c + seg_end)[leaving].tolist())
-        _put(gen, gone, (g + seg_end)[leaving].tolist())
-        if not reserved:
-            _put(own, gone, (own0 + now - held)[leaving].tolist())
-        _put(last, gone, repeat(t_end))
-        _finish(eng, run, gone, t_end)
-    stay = rem > m
-    kept = where[stay].tolist()
-    _put(comp, kept, (c + m)[stay].tolist())
-    _put(gen, kept, (g + m)[stay].tolist())
-    if not reserved:
-        _put(own, kept, (own0 + prev - held)[stay].tolist())
-    _put(last, kept, repeat(t))
-    slots = int(steps_of.sum())
-    run.steps += m
-    run.seq_steps += slots
-    run.decode_emits += slots
-    run.decode_slots += slots
+    run_.apply(times, t0)
+    run.steps += len(times)
     return t
+
+
+class _Decoding:
+    """One engine's run of pure-decode steps (:func:`_fast_forward`): planned (:meth:`plan`: how
+    many steps at most), priced a step at a time (:meth:`next_price`, the batch shrinking as
+    requests leave) and then applied for the steps actually taken (:meth:`apply`), whose clocks
+    the caller fixes — its own prices' running sum, or, for coupled attention-DP ranks
+    (:mod:`.sim_dp`), the slowest rank's step each step."""
+
+    @classmethod
+    def plan(cls, eng: Engine, run: _Run, price: _Pricer, finishes: bool = False, min_steps: int = 2,
+             max_steps: int | None = None) -> _Decoding | None:
+        r = eng.running
+        if not r or eng.chunked is not None or (max_steps is not None and max_steps < min_steps):
+            return None
+        b = len(r)
+        if eng.cfg.policy != "sglang" and b > eng.cfg.step_tokens:
+            return None
+        idx = list(r)                          # (the running list shrinks as requests leave)
+        at = _getter(idx)
+        g = np.array(at(eng.gen), np.int64)
+        c = np.array(at(eng.comp), np.int64)
+        if not (g > 0).all() or not (np.array(at(eng.isl), np.int64) + g - c == 1).all():
+            return None   # not every request decoding
+        rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
+        m = int(rem.max()) if finishes else int(rem.min()) - 1
+        if max_steps is not None:
+            m = min(m, max_steps)
+        if m < min_steps:
+            return None
+        # TensorRT-LLM (GUARANTEED_NO_EVICT) reserved each request's whole sequence at admission and
+        # never preempts: its blocks suffice and do not change
+        reserved = eng.cfg.policy == "trtllm"
+        own0 = held = None
+        if not reserved:
+            own0 = np.array(at(eng.own), np.int64)
+            held = own0.copy()
+            if eng.hashes is not None:
+                held += np.fromiter(map(len, at(eng.shared)), np.int64, b) * eng.pool.hash_blocks
+            m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
+            if m < min_steps:
+                return None
+        return cls(eng, run, price, idx, at, g, c, rem, m, own0, held)
+
+    def __init__(self, eng, run, price, idx, at, g, c, rem, m, own0, held):
+        self.eng, self.run, self.price, self.idx, self.at = eng, run, price, idx, at
+        self.g, self.c, self.rem, self.m, self.own0, self.held = g, c, rem, m, own0, held
+        #: the run ends with its batch empty (every request leaves within it), not at a limit
+        self.empties = m == int(rem.max())
+        order = np.argsort(rem, kind="stable")
+        self.ends = rem[order]                 # each request's last step, ascending
+        self.ends_l, self.ctx_end = self.ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)
+        self.k, self.bb, self.ctx = 0, len(idx), int(c.sum())
+        self.batches: list[int] = []
+        # a step's price: StepModel.decode_s from its batch's row (as decode_s computes it), else the pricer
+        self.reach, self.table = int(c.max()) + m, None
+
+    def next_price(self) -> float | None:
+        """The next step's price, the step counted as taken; None once the run's steps are spent or
+        its batch is empty."""
+        bb, price = self.bb, self.price
+        if bb == 0 or len(self.batches) >= self.m:
+            return None
+        while True:
+            if price.row is None:
+                d = price.decode(bb, self.ctx)
+                break
+            if self.table is None:
+                self.table = price.row(bb, self.reach * bb)
+                if self.table is None:
+                    price.row = None
+                    continue
+            dense, row, host = self.table
+            d = max(dense + on_row(row, self.ctx / bb), host)
+            break
+        self.batches.append(bb)
+        self.ctx += bb
+        step, ends_l, b = len(self.batches), self.ends_l, len(self.idx)
+        while self.k < b and ends_l[self.k] == step:
+            self.ctx -= self.ctx_end[self.k]
+            self.bb -= 1
+            self.k += 1
+            self.table = None
+        return d
+
+    def apply(self, times: list[float], t0: float) -> None:
+        """The first ``len(times)`` steps taken (``times``: each one's end, from ``t0``): tokens, clocks,
+        ITL gaps, blocks, completions. ``run.steps`` is the caller's to count."""
+        eng, run, at, g, c, rem, held = self.eng, self.run, self.at, self.g, self.c, self.rem, self.held
+        reserved, batches = held is None, self.batches
+        m, t = len(times), times[-1]
+        done = int(np.searchsorted(self.ends, m, side="right"))   # requests that left within the run
+        if eng.cfg.policy == "sglang":   # (its ratio decays per decode step, as _sglang_decode does)
+            decay_new_token_ratio(eng, m)
+        # clocks and gaps: every request's first gap from its last token; then one gap per later step
+        # for each counted request still in the batch
+        counted = np.array(at(run.counted), bool)
+        t1 = times[0]                          # the run's first step ends
+        where = np.array(self.idx)
+        # a request's first step on a disaggregated decode instance: scheduled now; and, when the
+        # client's first token comes from the decode instance, that token (no gap)
+        run.first_sched[where[np.isnan(run.first_sched[where])]] = t0
+        fresh = np.isnan(run.first[where])
+        run.first[where[fresh]] = t1
+        itl_v, itl_w = run.itl_v, run.itl_w
+        gaps = (t1 - np.array(at(run.last)))[counted & ~fresh].tolist()
+        itl_v.extend(gaps)
+        itl_w.extend([1] * len(gaps))
+        if m > 1:
+            cnt_rem = np.sort(rem[counted])
+            alive = len(cnt_rem) - np.searchsorted(cnt_rem, np.arange(2, m + 1), side="left")   # counted in steps 2..m
+            for s in range(1, m):
+                w = int(alive[s - 1])
+                if w:
+                    itl_v.append(times[s] - times[s - 1])
+                    itl_w.append(w)
+        # blocks: each segment's growth (steps between departures) taken at its end — growth within a
+        # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
+        # freed after their last step
+        steps_of = np.minimum(rem, m)
+        comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
+        bs, pool = eng.bs, eng.pool
+        tr = run.trace if run.ranks == 1 else None
+        prev = held
+        grows = not reserved and bool((-(-(c + steps_of) // bs) > held).any())
+        first_step = 1
+        for seg_end in sorted(set(self.ends_l[:done]) | {m}):
+            now = prev
+            if grows:
+                now = np.where(rem >= seg_end, np.maximum(held, -(-(c + seg_end) // bs)), prev)
+                if not pool.alloc(int((now - prev).sum())):
+                    raise RuntimeError("fast-forward: the KV blocks counted on were not there")
+                prev = now
+            if tr is not None:
+                start = times[first_step - 2] if first_step > 1 else t0
+                tr.counter(times[first_step - 1], batches[first_step - 1], pool.used * bs, 0, start)
+                if seg_end > first_step:
+                    tr.counter(times[seg_end - 1], batches[first_step - 1], pool.used * bs, 0, times[first_step - 1])
+            first_step = seg_end + 1
+            leaving = np.flatnonzero(rem == seg_end)
+            if not leaving.size:
+                continue
+            t_end = times[seg_end - 1]
+            gone = where[leaving].tolist()
+            _put(comp, gone, (c + seg_end)[leaving].tolist())
+            _put(gen, gone, (g + seg_end)[leaving].tolist())
+            if not reserved:
+                _put(own, gone, (self.own0 + now - held)[leaving].tolist())
+            _put(last, gone, repeat(t_end))
+            _finish(eng, run, gone, t_end)
+        stay = rem > m
+        kept = where[stay].tolist()
+        _put(comp, kept, (c + m)[stay].tolist())
+        _put(gen, kept, (g + m)[stay].tolist())
+        if not reserved:
+            _put(own, kept, (self.own0 + prev - held)[stay].tolist())
+        _put(last, kept, repeat(t))
+        slots = int(steps_of.sum())
+        run.seq_steps += slots
+        run.decode_emits += slots
+        run.decode_slots += slots
 
 
 def _put(seq: list, ids, values) -> None:

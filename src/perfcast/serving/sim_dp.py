@@ -20,8 +20,13 @@ counts differ.
 
 Requests go to ranks by the engine's data-parallel balancer (``SchedulerConfig.dp_balance``, from
 the profile): ``round_robin`` in turn, ``least_loaded`` to the rank with the fewest unfinished
-requests (first on ties). The simulation runs step by step (no fast-forward: a run of decode steps
-on one rank ends whenever another rank's changes).
+requests (first on ties). Runs of steps in which every busy rank only decodes — nothing waiting on
+any rank, no arrival before the run's horizon — are fast-forwarded together
+(:meth:`_Coupled._fast_forward`): each rank's run is planned and priced as one engine's
+(:class:`~.fastforward._Decoding`), each step lasts its slowest rank's price, and a run stops at the
+first rank's limit (a completion in a closed loop, its KV blocks, a take-in), a rank whose batch
+empties (an open loop) dropping out. Equal, figure for figure, to stepping every rank through its
+scheduler (``tests/test_serving_dp.py``); a traced run is stepped (its counters are per step).
 
 TensorRT-LLM's ``attention_dp_config.enable_balance`` (``SchedulerConfig.adp_balance``: off by
 default, on in InferenceX's attention-DP scripts) holds the context requests of a step back on every
@@ -35,10 +40,12 @@ others up only while they prefill too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
+from .fastforward import _Decoding
 from .intake import _Inbox, _Sent
 from .policies import SCHEDULERS, Engine
 from .scheduler import SchedulerConfig
@@ -82,6 +89,7 @@ class _Coupled:
         self.least = cfg.dp_balance == "least_loaded"
         self.balance = cfg.adp_balance
         self.ctx_waiting = self.ctx_batching = 0   # TensorRT-LLM's adp_ctx_{waiting,batching_wait}_iters_count
+        self.forwards = spec is None and run.trace is None
 
     def _route(self, i: int) -> int:
         """The rank request ``i`` goes to (the engine's balancer)."""
@@ -119,6 +127,11 @@ class _Coupled:
                 t = float(run.send[nxt])
                 continue
             before = run.done
+            if self.forwards and not any(e.waiting or e.chunked is not None for e in engs):
+                t2 = self._fast_forward(t, float(run.send[nxt]) if not closed and nxt < n else math.inf, not closed)
+                if t2 is not None:
+                    t = t2
+                    continue
             t = self._step(t)
             if closed:   # each finished request's client sends its next one now
                 for _ in range(run.done - before):
@@ -157,6 +170,45 @@ class _Coupled:
             tr.counter(end, sum(map(len, planned)), sum(e.pool.used * e.bs for e in engs),
                        sum(1 for p in planned for _, _, d in p if not d), t)
         return end
+
+    def _fast_forward(self, t: float, horizon: float, finishes: bool) -> float | None:
+        """Every busy rank's run of pure-decode steps, stepped together (the module's docstring);
+        None where some busy rank has none. In a closed loop (not ``finishes``) it stops before
+        the first completion, which sends a request."""
+        run, engs = self.run, self.engs
+        limits = [x for s in self.sent if (x := s.left(run.steps)) is not None]
+        limits += [b.left() for b in self.inboxes if b is not None and b.held]
+        cap = min(limits) if limits else None
+        plans = []
+        for r, e in enumerate(engs):
+            if e.running:
+                d = _Decoding.plan(e, run, self.price, finishes, max_steps=cap)
+                if d is None:
+                    return None
+                plans.append((r, d))
+        # the run's length: the first limit any rank reaches; a rank whose batch empties drops out
+        m = min((d.m for _, d in plans if not d.empties), default=max(d.m for _, d in plans))
+        t0, times = t, []
+        while len(times) < m:
+            prices = [p for _, d in plans if (p := d.next_price()) is not None]
+            t += max(prices)
+            times.append(t)
+            if t >= horizon:
+                break
+        for r, d in plans:
+            before = run.done
+            d.apply(times[:len(d.batches)], t0)
+            self.active[r] -= run.done - before
+            b = self.inboxes[r]
+            if b is not None:
+                b.decoded(len(d.batches))
+        run.steps += len(times)
+        if self.balance is not None:   # _balanced's counter: every step without a prompt counts
+            timeout = self.balance[1]
+            full = min(len(d.batches) for _, d in plans) if len(plans) == len(engs) else 0
+            w = (self.ctx_waiting + full) % timeout if timeout > 0 else 0
+            self.ctx_waiting = w if full == len(times) else 0
+        return t
 
     def _balanced(self, planned: list) -> list:
         """``PyExecutor._balance_adp_requests``: every rank's context requests, or none of them."""
