@@ -253,35 +253,42 @@ def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) ->
     """The planned step's effect, run from ``start`` to ``t``: tokens computed and emitted (the
     decodes' accepted drafts in ``accepted``), first tokens, ITL gaps, completions."""
     comp, gen, isl, osl = eng.comp, eng.gen, eng.isl, eng.osl
+    first_sched, first, last, counted, itl_v = run.first_sched, run.first, run.last, run.counted, run.itl_v
+    acc = accepted.tolist()
+    isnan = math.isnan
     tr = run.trace
     run.seq_steps += len(planned)
     finished = []
-    j = 0
+    j = emits = gaps = 0
     for i, n, dec in planned:
-        if math.isnan(run.first_sched[i]):
-            run.first_sched[i] = start
+        if isnan(first_sched[i]):
+            first_sched[i] = start
+        g = gen[i]
         if dec:
-            emit = min(int(accepted[j]) + 1, osl[i] - gen[i])
+            emit = min(acc[j] + 1, osl[i] - g)
             j += 1
             comp[i] += emit
-            run.decode_emits += emit
-            run.decode_slots += 1
+            emits += emit
         else:
             comp[i] += n
-            if comp[i] < isl[i] + gen[i]:
+            if comp[i] < isl[i] + g:
                 continue
             emit = 1
-            if gen[i] == 0:
+            if g == 0:
                 eng.publish(i)
-        if gen[i] == 0 or math.isnan(run.first[i]):  # (a disaggregated request's first token: from decode)
-            run.first[i] = t
-        elif run.counted[i]:
-            run.itl_v.append(t - run.last[i])
-            run.itl_w.append(1)
-        run.last[i] = t
-        gen[i] += emit
-        if gen[i] >= osl[i]:
+        if g == 0 or isnan(first[i]):  # (a disaggregated request's first token: from decode)
+            first[i] = t
+        elif counted[i]:
+            itl_v.append(t - last[i])
+            gaps += 1
+        last[i] = t
+        g += emit
+        gen[i] = g
+        if g >= osl[i]:
             finished.append(i)
+    run.itl_w.extend([1] * gaps)
+    run.decode_emits += emits
+    run.decode_slots += j
     if finished:
         _finish(eng, run, finished, t)
     if tr is not None and run.ranks == 1:
