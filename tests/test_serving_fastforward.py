@@ -185,5 +185,17 @@ def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypat
     real = sim._fast_forward
     monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
     r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
-    assert all(k == {"finishes": True, "max_steps": None} for k in calls)
+    assert all(k == {"finishes": True, "max_steps": None, "first": False} for k in calls)
     assert r.steps == 5 * 200 and len(calls) == 5
+
+
+def test_a_closed_loop_s_fast_forward_ends_with_its_first_completions(monkeypatch):
+    """One client, 200 output tokens: its prefill step, then one run of 199 decode steps whose last
+    is the completion (the client sends then); nothing else is scheduled."""
+    s = scheduler_config("vllm", max_num_tokens=2048)
+    w = Workload(Lengths("fixed", 100), Lengths("fixed", 200), num_requests=4, warmup=0, concurrency=1)
+    steps = []
+    real = sim._execute
+    monkeypatch.setattr(sim, "_execute", lambda *a: steps.append(a[2]) or real(*a))
+    r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
+    assert r.steps == 4 * 200 and len(steps) == 4 and all(not p[0][2] for p in steps)

@@ -32,7 +32,8 @@ def _finish(eng: Engine, run: _Run, finished: list[int], t: float) -> None:
 
 
 def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: float,
-                  finishes: bool = False, min_steps: int = 2, max_steps: int | None = None) -> float | None:
+                  finishes: bool = False, min_steps: int = 2, max_steps: int | None = None,
+                  first: bool = False) -> float | None:
     """Advance a run of pure-decode steps, every running request decoding one token each, while
     nothing can join the batch (no request waiting, none before ``horizon``) and the KV blocks
     at hand suffice; None if there is no such run of at least ``min_steps`` steps. A request
@@ -40,11 +41,12 @@ def _fast_forward(eng: Engine, run: _Run, price: _Pricer, t: float, horizon: flo
     default clock, comes with its first decode step) joins the run's first step. With ``finishes`` the
     run goes on through completions (the batch shrinking), which the caller allows when a
     completion changes nothing outside the engine (an open loop: no client sends on it);
-    otherwise it stops before the first. Equal to stepping through the scheduler (a test runs
+    otherwise it stops before the first — or, with ``first``, after the step of the first, the
+    caller then acting on the completions (a closed loop's clients send). Equal to stepping through the scheduler (a test runs
     both): the same mixes, clocks, blocks (and their peak) and, for SGLang, the same decay of
     ``new_token_ratio`` per decode step. ``max_steps``: at most that many steps (SGLang's next
     take-in of held requests, :class:`perfcast.serving.intake._Inbox`)."""
-    run_ = _Decoding.plan(eng, run, price, finishes, min_steps, max_steps)
+    run_ = _Decoding.plan(eng, run, price, finishes, min_steps, max_steps, first)
     if run_ is None:
         return None
     t0, times = t, []
@@ -67,7 +69,7 @@ class _Decoding:
 
     @classmethod
     def plan(cls, eng: Engine, run: _Run, price: _Pricer, finishes: bool = False, min_steps: int = 2,
-             max_steps: int | None = None) -> _Decoding | None:
+             max_steps: int | None = None, first: bool = False) -> _Decoding | None:
         r = eng.running
         if not r or eng.chunked is not None or (max_steps is not None and max_steps < min_steps):
             return None
@@ -81,7 +83,7 @@ class _Decoding:
         if not (g > 0).all() or not (np.array(at(eng.isl), np.int64) + g - c == 1).all():
             return None   # not every request decoding
         rem = np.array(at(eng.osl), np.int64) - g     # tokens each has still to emit (≥ 1)
-        m = int(rem.max()) if finishes else int(rem.min()) - 1
+        m = int(rem.max()) if finishes else int(rem.min()) - (not first)
         if max_steps is not None:
             m = min(m, max_steps)
         if m < min_steps:
@@ -98,13 +100,13 @@ class _Decoding:
             m = _steps_that_fit(c, held, rem, eng.bs, eng.pool.available, m)
             if m < min_steps:
                 return None
-        return cls(eng, run, price, idx, at, g, c, rem, m, own0, held)
+        return cls(eng, run, price, idx, at, g, c, rem, m, own0, held, finishes)
 
-    def __init__(self, eng, run, price, idx, at, g, c, rem, m, own0, held):
+    def __init__(self, eng, run, price, idx, at, g, c, rem, m, own0, held, finishes):
         self.eng, self.run, self.price, self.idx, self.at = eng, run, price, idx, at
         self.g, self.c, self.rem, self.m, self.own0, self.held = g, c, rem, m, own0, held
         #: the run ends with its batch empty (every request leaves within it), not at a limit
-        self.empties = m == int(rem.max())
+        self.empties = finishes and m == int(rem.max())
         order = np.argsort(rem, kind="stable")
         self.ends = rem[order]                 # each request's last step, ascending
         self.ends_l, self.ctx_end = self.ends.tolist(), (c + rem)[order].tolist()   # (and its context when it leaves)

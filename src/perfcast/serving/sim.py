@@ -163,29 +163,29 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
             t = float(arrivals[nxt])
             continue
         horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
+        before, t2 = run.done, None
         if spec is None and not eng.waiting and eng.chunked is None:
             steps = run.steps
             limits = [x for x in (inbox.left() if inbox is not None and inbox.held else None,
                                   sent.left(run.steps)) if x is not None]
             t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed,
-                               max_steps=min(limits) if limits else None)
+                               max_steps=min(limits) if limits else None, first=closed)
             if t2 is not None:
                 t = t2
                 if inbox is not None:
                     inbox.decoded(run.steps - steps)
-                continue
-        planned = schedule(eng)
-        if not planned:
-            raise RuntimeError(f"serving simulation stalled at t={t:.6g}s with {len(eng.waiting)} waiting and "
-                               f"{len(eng.running)} running requests")
-        before = run.done
-        t = _execute(eng, run, planned, price, spec, rng, t)
-        if inbox is not None:
-            if all(d for _, _, d in planned):
-                inbox.decoded(1)
-            else:
-                inbox.prefilled()
-        if closed:  # each finished request's client sends its next one now
+        if t2 is None:
+            planned = schedule(eng)
+            if not planned:
+                raise RuntimeError(f"serving simulation stalled at t={t:.6g}s with {len(eng.waiting)} waiting and "
+                                   f"{len(eng.running)} running requests")
+            t = _execute(eng, run, planned, price, spec, rng, t)
+            if inbox is not None:
+                if all(d for _, _, d in planned):
+                    inbox.decoded(1)
+                else:
+                    inbox.prefilled()
+        if closed:  # each finished request's client sends its next one now (a fast-forward's: at its end)
             for _ in range(run.done - before):
                 if nxt < n:
                     run.send[nxt] = t

@@ -24,9 +24,10 @@ requests (first on ties). Runs of steps in which every busy rank only decodes â€
 any rank, no arrival before the run's horizon â€” are fast-forwarded together
 (:meth:`_Coupled._fast_forward`): each rank's run is planned and priced as one engine's
 (:class:`~.fastforward._Decoding`), each step lasts its slowest rank's price, and a run stops at the
-first rank's limit (a completion in a closed loop, its KV blocks, a take-in), a rank whose batch
-empties (an open loop) dropping out. Equal, figure for figure, to stepping every rank through its
-scheduler (``tests/test_serving_dp.py``); a traced run is stepped (its counters are per step).
+first rank's limit (the step of a completion in a closed loop, its KV blocks, a take-in), a rank
+whose batch empties (an open loop) dropping out. Equal, figure for figure, to stepping every rank
+through its scheduler (``tests/test_serving_dp_fastforward.py``); a traced run is stepped (its
+counters are per step).
 
 TensorRT-LLM's ``attention_dp_config.enable_balance`` (``SchedulerConfig.adp_balance``: off by
 default, on in InferenceX's attention-DP scripts) holds the context requests of a step back on every
@@ -126,14 +127,11 @@ class _Coupled:
             if not closed and not any(e.busy for e in engs):
                 t = float(run.send[nxt])
                 continue
-            before = run.done
+            before, t2 = run.done, None
             if self.forwards and not any(e.waiting or e.chunked is not None for e in engs):
                 t2 = self._fast_forward(t, float(run.send[nxt]) if not closed and nxt < n else math.inf, not closed)
-                if t2 is not None:
-                    t = t2
-                    continue
-            t = self._step(t)
-            if closed:   # each finished request's client sends its next one now
+            t = self._step(t) if t2 is None else t2
+            if closed:   # each finished request's client sends its next one now (a fast-forward's: at its end)
                 for _ in range(run.done - before):
                     if nxt < n:
                         run.send[nxt] = t
@@ -173,8 +171,8 @@ class _Coupled:
 
     def _fast_forward(self, t: float, horizon: float, finishes: bool) -> float | None:
         """Every busy rank's run of pure-decode steps, stepped together (the module's docstring);
-        None where some busy rank has none. In a closed loop (not ``finishes``) it stops before
-        the first completion, which sends a request."""
+        None where some busy rank has none. In a closed loop (not ``finishes``) it stops with the
+        step of the first completion (its client then sends)."""
         run, engs = self.run, self.engs
         limits = [x for s in self.sent if (x := s.left(run.steps)) is not None]
         limits += [b.left() for b in self.inboxes if b is not None and b.held]
@@ -182,7 +180,7 @@ class _Coupled:
         plans = []
         for r, e in enumerate(engs):
             if e.running:
-                d = _Decoding.plan(e, run, self.price, finishes, max_steps=cap)
+                d = _Decoding.plan(e, run, self.price, finishes, max_steps=cap, first=not finishes)
                 if d is None:
                     return None
                 plans.append((r, d))
