@@ -146,7 +146,7 @@ class _Decoding:
     def apply(self, times: list[float], t0: float) -> None:
         """The first ``len(times)`` steps taken (``times``: each one's end, from ``t0``): tokens, clocks,
         ITL gaps, blocks, completions. ``run.steps`` is the caller's to count."""
-        eng, run, at, g, c, rem, held = self.eng, self.run, self.at, self.g, self.c, self.rem, self.held
+        eng, run, at, c, rem, held = self.eng, self.run, self.at, self.c, self.rem, self.held
         reserved, batches = held is None, self.batches
         m, t = len(times), times[-1]
         done = int(np.searchsorted(self.ends, m, side="right"))   # requests that left within the run
@@ -178,7 +178,6 @@ class _Decoding:
         # segment only rises, so the pool's peak is the step-by-step one — and the leavers' blocks
         # freed after their last step
         steps_of = np.minimum(rem, m)
-        comp, gen, own, last = eng.comp, eng.gen, eng.own, run.last
         bs, pool = eng.bs, eng.pool
         tr = run.trace if run.ranks == 1 else None
         prev = held
@@ -201,24 +200,24 @@ class _Decoding:
             if not leaving.size:
                 continue
             t_end = times[seg_end - 1]
-            gone = where[leaving].tolist()
-            _put(comp, gone, (c + seg_end)[leaving].tolist())
-            _put(gen, gone, (g + seg_end)[leaving].tolist())
-            if not reserved:
-                _put(own, gone, (self.own0 + now - held)[leaving].tolist())
-            _put(last, gone, repeat(t_end))
-            _finish(eng, run, gone, t_end)
-        stay = rem > m
-        kept = where[stay].tolist()
-        _put(comp, kept, (c + m)[stay].tolist())
-        _put(gen, kept, (g + m)[stay].tolist())
-        if not reserved:
-            _put(own, kept, (self.own0 + prev - held)[stay].tolist())
-        _put(last, kept, repeat(t))
+            _finish(eng, run, self._store(where, leaving, seg_end, now, t_end), t_end)
+        self._store(where, rem > m, m, prev, t)
         slots = int(steps_of.sum())
         run.seq_steps += slots
         run.decode_emits += slots
         run.decode_slots += slots
+
+
+    def _store(self, where: np.ndarray, sel, steps: int, blocks: np.ndarray | None, t: float) -> list[int]:
+        """Requests ``where[sel]`` after ``steps`` steps of the run, holding ``blocks`` (with their
+        shared ones; None: reserved, unchanged), their last token at ``t``; their indices."""
+        eng, ids = self.eng, where[sel].tolist()
+        _put(eng.comp, ids, (self.c + steps)[sel].tolist())
+        _put(eng.gen, ids, (self.g + steps)[sel].tolist())
+        if blocks is not None:
+            _put(eng.own, ids, (self.own0 + blocks - self.held)[sel].tolist())
+        _put(self.run.last, ids, repeat(t))
+        return ids
 
 
 def _put(seq: list, ids, values) -> None:
