@@ -6,7 +6,6 @@ balancers, SGLang's take-in interval and TensorRT-LLM's attention-DP balance."""
 import dataclasses
 import random
 
-
 from perfcast.serving import sim_dp
 from perfcast.serving.scheduler import scheduler_config
 from perfcast.serving.sim_dp import simulate_coupled
