@@ -260,23 +260,30 @@ def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) ->
     run.seq_steps += len(planned)
     finished = []
     j = emits = gaps = 0
+    # a decoding request has been scheduled and has its first token unless its prompt's KV came from
+    # a prefill instance (``prefilled``: its first step and, in the decode clock, token may be this one)
+    pre = eng.prefilled
     for i, n, dec in planned:
-        if isnan(first_sched[i]):
-            first_sched[i] = start
         g = gen[i]
         if dec:
+            if pre[i] and isnan(first_sched[i]):
+                first_sched[i] = start
             emit = min(acc[j] + 1, osl[i] - g)
             j += 1
             comp[i] += emit
             emits += emit
+            fresh = g == 0 or (pre[i] and isnan(first[i]))
         else:
+            if isnan(first_sched[i]):
+                first_sched[i] = start
             comp[i] += n
             if comp[i] < isl[i] + g:
                 continue
             emit = 1
             if g == 0:
                 eng.publish(i)
-        if g == 0 or isnan(first[i]):  # (a disaggregated request's first token: from decode)
+            fresh = g == 0 or isnan(first[i])
+        if fresh:  # (a disaggregated request's first token: from decode)
             first[i] = t
         elif counted[i]:
             itl_v.append(t - last[i])
