@@ -275,8 +275,6 @@ def run(args) -> int:
            ("--attention-dp", args.dp_size > 1, "needs --dp-size above 1"),
            ("--memory-fraction", args.kv_capacity is None, "sizes the KV cache from memory; --kv-capacity gives "
                                                             "its tokens"),
-           ("--attention-dp-balance", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
-                                                                  "does not model it"),
            ("--batch-wait-iters", args.tier != "closed-form", "holds prompts in the simulation; the closed form "
                                                               "does not model batch waiting"),
            ("--batch-wait-max-tokens-ratio", args.tier != "closed-form", "holds prompts in the simulation; the "

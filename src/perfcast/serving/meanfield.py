@@ -37,7 +37,7 @@ from scipy.optimize import brentq
 
 from perfcast.ir import UserError
 from perfcast.serving.meanfield_inputs import EngineConfig, Workload  # the closed form's inputs (re-exported)
-from perfcast.serving.queueing import md1_wait, share_within, wait_tail
+from perfcast.serving.queueing import balance_hold_steps, md1_wait, share_within, wait_tail
 from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary, expected_tokens_per_step
 
 _XTOL, _RTOL = 1e-14, 1e-15
@@ -189,7 +189,10 @@ def _state(m: _Model, r: float) -> _State:
     ``q = a / (1 + a)`` of the steps (``a = (r / b) · s`` prefill steps per decode step, ``s`` the
     steps of one batch), some rank in ``Q = 1 − (1 − q)^R``, and a decode step that another rank's
     prefill step runs beside lasts that step, ``P(b) / s``: ``τ += (Q − q)(1 + a) · max(P(b) / s −
-    step(d), 0)``. Both are the one-rank forms at ``R = 1``."""
+    step(d), 0)``. Both are the one-rank forms at ``R = 1``. With TensorRT-LLM's attention-DP
+    balance (``adp_balance``) the ranks' prompts run in the same steps — the one-rank step — and
+    each is held ``H`` steps first (:func:`~perfcast.serving.queueing.balance_hold_steps` at ``r``
+    prompts per step per rank): its service time grows by ``H · τ``."""
     d = r * (m.load.osl - 1) / m.e
     n = max(d, 1.0)
     f = _lerp(lambda i: m.at(m.decode_s, i), n)
@@ -207,10 +210,13 @@ def _state(m: _Model, r: float) -> _State:
     extra = _lerp(lambda i: m.at(m.prompt_extra_s, i), n)
     steps = _lerp(lambda i: m.at(m.prompt_steps, i), n)
     tau = f + r * extra
-    if ranks > 1:   # the chunk steps of every rank: a step carries some rank's chunk with 1 − (1 − u)^R
+    held, bal = 0.0, m.engine.adp_balance
+    if bal is not None:   # TensorRT-LLM's balance: the ranks' prompts together, each held first
+        held = balance_hold_steps(r, ranks, *bal)
+    elif ranks > 1:   # the chunk steps of every rank: a step carries some rank's chunk with 1 − (1 − u)^R
         u = min(1.0, steps * r)
         tau += (1 - (1 - u) ** ranks - u) * extra / steps
-    return _State(r, d, tau, steps * f + extra * max(1.0, steps * r))
+    return _State(r, d, tau, steps * f + extra * max(1.0, steps * r) + held * tau)
 
 
 def _r_budget(m: _Model) -> float:

@@ -96,9 +96,10 @@ def closed_loop_grid(step: StepCost, engine: EngineConfig, isl, osl: int, concur
     if engine.recv_interval != 1:
         raise UserError(f"closed-form grid: SGLang recv interval {engine.recv_interval} is priced by "
                         f"meanfield.closed_loop only")
-    if engine.coupled_ranks != 1:
-        raise UserError(f"closed-form grid: {engine.coupled_ranks} coupled attention-DP ranks are priced by "
-                        f"meanfield.closed_loop only (their mean step is not linear in the prompt rate)")
+    if engine.coupled_ranks != 1 or engine.adp_balance is not None:
+        raise UserError(f"closed-form grid: {engine.coupled_ranks} coupled attention-DP ranks (or TensorRT-LLM's "
+                        f"attention-DP balance) are priced by meanfield.closed_loop only (their mean step and hold "
+                        f"are not linear in the prompt rate)")
     isl = np.asarray(isl, dtype=np.int64)
     concurrency = np.asarray(concurrency, dtype=np.int64)
     max_batch = np.asarray(engine.max_batch if max_batch is None else max_batch, dtype=np.int64)

@@ -37,6 +37,9 @@ class EngineConfig:
     #: attention-DP ranks that step together (an MoE engine's; 1: an independent instance): each step
     #: lasts as long as the slowest rank's (:func:`perfcast.serving.meanfield._state`)
     coupled_ranks: int = 1
+    #: TensorRT-LLM's attention-DP balance of the coupled ranks (``attention_dp_config``:
+    #: batching_wait_iters, timeout_iters): their prompts held until every rank has one, then run together
+    adp_balance: tuple[int, int] | None = None
 
     @property
     def step_tokens(self) -> int:
@@ -53,6 +56,9 @@ class EngineConfig:
         for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices", "coupled_ranks"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)}: must be at least 1")
+        if self.adp_balance is not None and (self.policy != "trtllm" or min(self.adp_balance) < 0):
+            raise UserError(f"adp_balance {self.adp_balance}: TensorRT-LLM's (batching_wait_iters, timeout_iters), "
+                            f"each at least 0")
         if self.spec_k < 0 or len(self.acceptance) != self.spec_k:
             raise UserError(f"speculative decoding: {len(self.acceptance)} acceptance rates for k = {self.spec_k}")
         if any(not 0.0 <= a <= 1.0 for a in self.acceptance):

@@ -40,3 +40,35 @@ def share_within(slack: float, wait: float, rho: float) -> float:
     if slack < 0.0:
         return 0.0
     return 1.0 if wait == 0.0 else 1.0 - rho * math.exp(-rho * slack / wait)
+
+
+def balance_hold_steps(rate: float, ranks: int, wait_iters: int, timeout_iters: int) -> float:
+    """Mean steps a prompt is held by TensorRT-LLM's attention-DP balance
+    (``PyExecutor._balance_adp_requests``; docs/design/serving.md "Attention-DP ranks step
+    together"). Its counter runs from each release: prompts wait until every one of the ``ranks``
+    ranks has one — at most ``timeout_iters`` steps (``τ``) — and, when every rank has one in time,
+    ``wait_iters`` steps (``w``) more. Each rank's prompts arrive at ``rate`` per step (``r``,
+    Poisson); rank ``k``'s first at ``T_k``, every rank's at ``T = max T_k``, ``P(T ≤ t) = F(t) =
+    (1 − e^{−rt})^R``. At time ``t`` of a cycle still waiting, rank ``k`` holds on average
+    ``E[N_k(t) 1{T > t}] = rt (1 − (1 − e^{−rt})^{R−1})`` prompts, so a cycle's summed hold is
+    ``∫₀^τ R r t (1 − (1 − e^{−rt})^{R−1}) dt`` plus, when ``T ≤ τ``, ``w`` steps for the prompts
+    then held (``E[N(T) 1{T ≤ τ}] = R r E[min(T, τ)] − R r τ (1 − (1 − e^{−rτ})^{R−1})``, Wald's
+    identity) and ``R r w² / 2`` for those arriving during them; it takes in ``R r E[L]`` prompts,
+    ``E[L] = E[min(T, τ)] + w F(τ)`` (Wald). The hold is their ratio (renewal-reward: Ross 1996,
+    Stochastic Processes, §3.6). Integrals by 48-point Gauss–Legendre; as ``r → 0``, ``τ / 2``."""
+    import numpy as np
+
+    tau, big_r = float(timeout_iters), ranks
+    if rate <= 0.0:
+        return tau / 2.0
+    x, wgt = np.polynomial.legendre.leggauss(48)
+    t, wgt = (x + 1.0) * tau / 2.0, wgt * tau / 2.0
+    miss = -np.expm1(-rate * t)                               # P(T_k ≤ t)
+    e_min = float(np.dot(wgt, 1.0 - miss ** big_r))            # E[min(T, τ)]
+    held = float(np.dot(wgt, big_r * rate * t * (1.0 - miss ** (big_r - 1))))
+    miss_tau = -math.expm1(-rate * tau)
+    done = miss_tau ** big_r                                   # F(τ)
+    at_ready = big_r * rate * (e_min - tau * (1.0 - miss_tau ** (big_r - 1)))
+    held += wait_iters * at_ready + done * big_r * rate * wait_iters ** 2 / 2.0
+    cycle = e_min + wait_iters * done
+    return held / (big_r * rate * cycle) if cycle > 0.0 else 0.0

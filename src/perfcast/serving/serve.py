@@ -171,8 +171,7 @@ def serve(spec: ServeSpec) -> ServeReport:
             r = _with_saturation(r, step, kv, sched, sim_load, dep, spec, ranks if coupled else 0)
         results["simulation"] = r if coupled else _scaled(r, ranks)
     if spec.tier in ("closed-form", "both"):
-        # ranks balanced by TensorRT-LLM prefill together: priced apart
-        together = ranks if coupled and sched.adp_balance is None else 1
+        together = ranks if coupled else 1
         results["closed form"] = _scaled(_closed_form(spec, sched, kv, step, rank_load, together), ranks)
     if spec.max_load:
         notes.append("max load: every request queued at t = 0, as trtllm-bench and vLLM's throughput benchmark run")
@@ -249,7 +248,7 @@ def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Dep
         micro_batches=sched.micro_batches,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
         devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
-        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag)
+        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag, adp_balance=sched.adp_balance)
 
 
 def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
@@ -269,9 +268,9 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
     isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
     if sched.adp_balance is not None:
-        r = replace(r, notes=r.notes + ("attention-DP balance (--attention-dp-balance): the ranks priced apart, their "
-                                        "prompts in the same steps; the wait for every rank to have one is not in "
-                                        "this TTFT (the simulation's holds it)",))
+        r = replace(r, notes=r.notes + ("attention-DP balance (--attention-dp-balance): the ranks' prompts in the same "
+                                        "steps, each held until every rank has one (at most timeout_iters steps, then "
+                                        "batching_wait_iters more), the mean hold in TTFT",))
     elif engine.coupled_ranks > 1:
         r = replace(r, notes=r.notes + (f"{engine.coupled_ranks} attention-DP ranks stepping together: the mean step "
                                         f"carries every rank's prompts (independent steps)",))
@@ -290,8 +289,11 @@ def _scaled(r: ServingResult, ranks: int) -> ServingResult:
                    devices=r.devices * ranks, requests=r.requests * ranks,
                    goodput_requests_per_s=None if r.goodput_requests_per_s is None else r.goodput_requests_per_s * ranks,
                    sustainable_rate=None if r.sustainable_rate is None else r.sustainable_rate * ranks,
-                   notes=r.notes + (f"one of {ranks} data-parallel ranks simulated, each with 1/{ranks} of the load; "
-                                    f"throughput × {ranks}",))
+                   notes=r.notes + (f"one of {ranks} data-parallel ranks {_RUN[r.tier]}, each with 1/{ranks} of the "
+                                    f"load; throughput × {ranks}",))
+
+
+_RUN = {"simulation": "simulated", "closed form": "priced"}
 
 
 def unpriced_note(step: StepModel, role: str = "") -> str | None:
