@@ -162,6 +162,21 @@ def test_gpt_oss_rows_take_their_budget_and_memory_fraction():
     assert replay_mod.deployment_of(big).cuda_graph_max == 256
 
 
+def test_deepseek_r1_rows_take_their_scripts_budget_formula():
+    """dsr1_*_trt.sh: MAX_NUM_TOKENS=$(( ($CONC+$ISL+64+63)/64*64 )), at least 8192 — the engine's
+    default at ISL 1,024, CONC + 8,256 rounded up to 64 at ISL 8,192 (a whole 8,192-token prompt beside
+    every client's decode)."""
+    row = dict(model_path="deepseek-ai/DeepSeek-R1", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+               isl="8192", osl="1024", tp_size="8", moe_tp_size="1", moe_ep_size="8", batch_size="256",
+               concurrency="256", system="b200_sxm")
+    assert _case(**row).max_num_tokens == 8512
+    assert _case(**{**row, "concurrency": "4", "batch_size": "4"}).max_num_tokens == 8320
+    assert _case(**{**row, "isl": "1024"}).max_num_tokens == 8192
+    assert "max num tokens 8512" in _case(**row).notes[-1]
+    assert recipe_of("deepseek-ai/DeepSeek-R1", "trtllm", "h200_sxm", "fp8", 8192, 1024, 8, False, 64).max_num_tokens \
+        == 8320
+
+
 def test_the_memory_fraction_sizes_the_kv_cache():
     def capacity(*flags):
         rc, out, err = run_cli("serve", "llama-3.1-8b", "--engine", "vllm", "--isl", "100", "--osl", "10",

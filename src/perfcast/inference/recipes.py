@@ -122,8 +122,14 @@ def _entries() -> tuple[dict, ...]:
                 raise UserError(f"{where}: missing {key}")
         if e.get("kv_cache_dtype") not in (None, "bf16", "fp16", "fp8"):
             raise UserError(f"{where}: kv_cache_dtype {e['kv_cache_dtype']!r} (expected bf16, fp16 or fp8)")
-        if e.get("max_num_tokens") is not None:
-            checked_number(e["max_num_tokens"], f"{where}: max_num_tokens", integer=True, positive=True)
+        mnt = e.get("max_num_tokens")
+        if isinstance(mnt, dict):
+            if set(mnt) != set(_BUDGET_KEYS):
+                raise UserError(f"{where}: max_num_tokens: expected a count or a mapping of {', '.join(_BUDGET_KEYS)}")
+            for key in _BUDGET_KEYS:
+                checked_number(mnt[key], f"{where}: max_num_tokens.{key}", integer=True, positive=True)
+        elif mnt is not None:
+            checked_number(mnt, f"{where}: max_num_tokens", integer=True, positive=True)
         if e.get("memory_fraction") is not None:
             checked_number(e["memory_fraction"], f"{where}: memory_fraction", positive=True, maximum=1)
         bw = e.get("batch_wait")
@@ -166,6 +172,19 @@ def _entries() -> tuple[dict, ...]:
     return tuple(entries)
 
 
+#: a script's step budget from its row: ``max(at_least, ⌈(CONC + ISL + plus) / multiple⌉ · multiple)``
+_BUDGET_KEYS = ("plus", "multiple", "at_least")
+
+
+def _budget(value, concurrency: int, isl: int) -> int | None:
+    """The ``max_num_tokens`` of a recipe for a row: a count, or the script's formula (DeepSeek-R1's
+    TensorRT-LLM scripts: ``$(( ($CONC+$ISL+64+63)/64*64 ))``, at least 8192)."""
+    if not isinstance(value, dict):
+        return value
+    m = value["multiple"]
+    return max(value["at_least"], -(-(concurrency + isl + value["plus"]) // m) * m)
+
+
 def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: int, osl: int,
               tp: int, attention_dp: bool = False, concurrency: int = 0, moe_tp: int = 1) -> Recipe | None:
     """The settings of the campaign's script for this row, or None where none is transcribed.
@@ -189,7 +208,8 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
                 raise UserError(f"{RECIPES}: cuda_graph_max: expected 'concurrency' (the scripts capture up to "
                                 f"their CONC), got {graphs!r}")
             ab = e.get("attention_dp_balance") if attention_dp else None
-            return Recipe(e.get("kv_cache_dtype"), e.get("max_num_tokens"), wait, e.get("memory_fraction"),
+            return Recipe(e.get("kv_cache_dtype"), _budget(e.get("max_num_tokens"), concurrency, isl), wait,
+                          e.get("memory_fraction"),
                           " ".join(e["source"].split()), options, recv, (concurrency or None) if graphs else None,
                           None if ab is None else (int(ab["batching_wait_iters"]), int(ab["timeout_iters"])))
     return None
