@@ -246,8 +246,9 @@ def test_deepseek_r1_nvfp4_rows_on_b200_take_the_scripts_moe_backend():
     c = _row()
     assert c.predictable, c.reason
     assert (c.engine_options, c.kv_dtype, c.memory_fraction) == (TRTLLM_MOE, "fp8", 0.8)
-    assert c.notes[-1].startswith("engine settings of the InferenceX script: KV cache fp8, max num tokens the "
-                                  "engine's default, memory fraction 0.8, moe_backend TRTLLM, CUDA graphs up to "
+    # (the script's max(8192, CONC + ISL + 64 rounded up to 64): 8192 at ISL 1,024)
+    assert c.notes[-1].startswith("engine settings of the InferenceX script: KV cache fp8, max num tokens 8192, "
+                                  "memory fraction 0.8, moe_backend TRTLLM, CUDA graphs up to "
                                   f"{c.concurrency} sequences (the concurrency) (")
     from perfcast.inference.validation import command
     assert command(c).endswith("--kv-cache-dtype fp8 --engine-option moe_backend=TRTLLM --cuda-graph-max-batch-size "
