@@ -69,3 +69,10 @@ class _Inbox:
 
     def prefilled(self) -> None:
         self.count = self.n
+
+    def stepped(self, planned) -> None:
+        """A scheduled step ran ``planned``: a decode step counts 1, any prefill fills the count."""
+        if all(d for _, _, d in planned):
+            self.decoded(1)
+        else:
+            self.prefilled()

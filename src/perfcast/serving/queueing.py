@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from perfcast.serving.types import Summary
+
+#: 48-point Gauss–Legendre nodes and weights on [−1, 1] (:func:`balance_hold_steps`)
+_GAUSS = np.polynomial.legendre.leggauss(48)
 
 
 def md1_wait(rho: float, mu: float) -> float:
@@ -56,12 +61,10 @@ def balance_hold_steps(rate: float, ranks: int, wait_iters: int, timeout_iters: 
     identity) and ``R r w² / 2`` for those arriving during them; it takes in ``R r E[L]`` prompts,
     ``E[L] = E[min(T, τ)] + w F(τ)`` (Wald). The hold is their ratio (renewal-reward: Ross 1996,
     Stochastic Processes, §3.6). Integrals by 48-point Gauss–Legendre; as ``r → 0``, ``τ / 2``."""
-    import numpy as np
-
     tau, big_r = float(timeout_iters), ranks
     if rate <= 0.0:
         return tau / 2.0
-    x, wgt = np.polynomial.legendre.leggauss(48)
+    x, wgt = _GAUSS
     t, wgt = (x + 1.0) * tau / 2.0, wgt * tau / 2.0
     miss = -np.expm1(-rate * t)                               # P(T_k ≤ t)
     e_min = float(np.dot(wgt, 1.0 - miss ** big_r))            # E[min(T, τ)]

@@ -181,10 +181,7 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
                                    f"{len(eng.running)} running requests")
             t = _execute(eng, run, planned, price, spec, rng, t)
             if inbox is not None:
-                if all(d for _, _, d in planned):
-                    inbox.decoded(1)
-                else:
-                    inbox.prefilled()
+                inbox.stepped(planned)
         if closed:  # each finished request's client sends its next one now (a fast-forward's: at its end)
             for _ in range(run.done - before):
                 if nxt < n:

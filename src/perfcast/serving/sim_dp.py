@@ -157,12 +157,8 @@ class _Coupled:
             before = run.done
             _apply(e, run, p, t, end, _accepted(self.spec, m.decodes, self.rng))
             self.active[r] -= run.done - before
-            b = self.inboxes[r]
-            if b is not None:
-                if all(d for _, _, d in p):
-                    b.decoded(1)
-                else:
-                    b.prefilled()
+            if self.inboxes[r] is not None:
+                self.inboxes[r].stepped(p)
         tr = run.trace
         if tr is not None:
             tr.counter(end, sum(map(len, planned)), sum(e.pool.used * e.bs for e in engs),
