@@ -9,6 +9,7 @@ import dataclasses
 import math
 import random
 
+import numpy as np
 import pytest
 
 from perfcast.serving import disagg, sim
@@ -185,7 +186,7 @@ def test_the_fast_forward_is_taken_through_completions_in_an_open_loop(monkeypat
     real = sim._fast_forward
     monkeypatch.setattr(sim, "_fast_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
     r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
-    assert all(k == {"finishes": True, "max_steps": None, "first": False} for k in calls)
+    assert all(k == {"finishes": True, "max_steps": None, "first": False, "lag": s.take_in_lag} for k in calls)
     assert r.steps == 5 * 200 and len(calls) == 5
 
 
@@ -199,3 +200,28 @@ def test_a_closed_loop_s_fast_forward_ends_with_its_first_completions(monkeypatc
     monkeypatch.setattr(sim, "_execute", lambda *a: steps.append(a[2]) or real(*a))
     r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
     assert r.steps == 4 * 200 and len(steps) == 4 and all(not p[0][2] for p in steps)
+
+
+def test_a_closed_loop_s_fast_forward_runs_the_take_in_lag_past_its_first_completion(monkeypatch):
+    """Two clients, output lengths 120, 180 and then 50 tokens: after the first prefill step one run
+    takes the decodes through the first completion (the run's step 119) and the take-in lag more
+    (its client's next request joins no earlier), 121 steps; the next request's prefill is
+    scheduled; one run through its completion and the lag (51 steps); the rest of the longest (6)."""
+    s = scheduler_config("vllm", max_num_tokens=2048)
+    assert s.take_in_lag == 2
+    w = Workload(Lengths("fixed", 100), Lengths("fixed", 120), num_requests=3, warmup=0, concurrency=2)
+    gen = sim.generate
+    monkeypatch.setattr(sim, "generate", lambda x: dataclasses.replace(gen(x), output_length=np.array([120, 180, 50])))
+    runs, real = [], sim._fast_forward
+    monkeypatch.setattr(sim, "_fast_forward", lambda eng, run, *a, **k: _counted(real, runs, eng, run, *a, **k))
+    r, _ = simulate(AffineStep(0.01, 1e-5), s.kv_cache(100_000), s, w)
+    assert runs == [121, 51, 6]
+    assert r.steps == 180     # the longest request's: the engine never idles
+
+
+def _counted(real, runs, eng, run, *a, **k):
+    before = run.steps
+    t = real(eng, run, *a, **k)
+    if t is not None:
+        runs.append(run.steps - before)
+    return t

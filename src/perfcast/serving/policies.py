@@ -49,30 +49,30 @@ Planned = list[tuple[int, int, bool]]  # (request, tokens, is a decode)
 def schedule_vllm(e: Engine) -> Planned:
     budget, out, run = e.cfg.step_tokens, [], e.running
     preempted = False
-    idx = 0
     # (Engine.decoding, decode_tokens and the blocks grow needs, inlined: this loop visits every
-    # running request every step)
+    # running request every step; without hash blocks no request shares any)
     gen, isl, comp, own, shared, bs, hb = e.gen, e.isl, e.comp, e.own, e.shared, e.bs, e.pool.hash_blocks
-    one = e.decode_tokens(0)
-    while idx < len(run) and budget > 0:
-        i = run[idx]
+    hashing, one, most, add = e.hashes is not None, e.decode_tokens(0), e.cfg.max_num_tokens, out.append
+    for i in run:   # (a preemption pops the list's tail: the iteration ends there)
+        if budget <= 0:
+            break
         g, c = gen[i], comp[i]
         dec = g > 0 and isl[i] + g - c == 1
-        n = one if dec else min(isl[i] + g - c, budget, e.cfg.max_num_tokens)
+        n = one if dec else min(isl[i] + g - c, budget, most)
         if n > budget:
             break
-        while -(-(c + n) // bs) > own[i] + len(shared[i]) * hb and not e.grow(i, c + n):
-            victim = run.pop()
-            e.preempt(victim)
-            preempted = True
-            if victim == i:
-                n = 0
+        if c + n > (own[i] + len(shared[i]) * hb if hashing else own[i]) * bs:
+            while not e.grow(i, c + n):
+                victim = run.pop()
+                e.preempt(victim)
+                preempted = True
+                if victim == i:
+                    n = 0
+                    break
+            if n == 0:
                 break
-        if n == 0:
-            break
-        out.append((i, n, dec))
+        add((i, n, dec))
         budget -= n
-        idx += 1
     if not preempted:
         _admit_budgeted(e, out, budget)
     return out
@@ -113,7 +113,8 @@ def schedule_sglang(e: Engine) -> Planned:
 
 def _sglang_room(e: Engine) -> float:
     """``PrefillAdder.rem_total_tokens``: free tokens less the running requests' reserved output."""
-    reserved = sum(min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS) for i in e.running if e.gen[i] > 0) * e.ratio
+    osl, gen, clip = e.osl, e.gen, SGLANG_CLIP_MAX_NEW_TOKENS
+    reserved = sum([min(osl[i] - gen[i], clip) for i in e.running if gen[i] > 0]) * e.ratio
     return e.pool.available * e.bs - reserved
 
 
@@ -175,22 +176,28 @@ def _sglang_prefill(e: Engine) -> Planned:
 
 
 def _sglang_decode(e: Engine) -> Planned:
-    decs, needs = [i for i in e.running if e.decoding(i)], []
-    while decs:   # each decode's new blocks, until they fit
-        needs = [max(0, -(-(e.comp[i] + e.decode_tokens(i)) // e.bs) - e.held(i)) for i in decs]
-        if sum(needs) <= e.pool.available:
+    # (Engine.decoding, decode_tokens and held inlined: this visits every running request every step)
+    gen, isl, comp, own, shared, bs, hb = e.gen, e.isl, e.comp, e.own, e.shared, e.bs, e.pool.hash_blocks
+    one, hashing = e.decode_tokens(0), e.hashes is not None
+    decs, needs = [i for i in e.running if gen[i] > 0 and isl[i] + gen[i] - comp[i] == 1], []
+    while decs:   # the decodes that need new blocks, and how many, until they fit
+        needs = [(i, k) for i in decs
+                 if (k := -(-(comp[i] + one) // bs) - own[i] - (len(shared[i]) * hb if hashing else 0)) > 0]
+        if sum(k for _, k in needs) <= e.pool.available:
             break
-        victim = min(decs, key=lambda i: (e.gen[i], -e.isl[i]))
+        victim = min(decs, key=lambda i: (gen[i], -isl[i]))
         decs.remove(victim)
         e.running.remove(victim)
         e.preempt(victim)
         e.ratio = e.cfg.new_token_ratio[0]
-    if decs:
+    if not decs:
+        needs = []   # (every decode retracted: none grows)
+    else:
         decay_new_token_ratio(e)
-    e.pool.alloc(sum(needs) if decs else 0)   # (as grow, one request at a time, would: they fit)
-    for i, need in zip(decs, needs):
-        e.own[i] += need
-    return [(i, e.decode_tokens(i), True) for i in decs]
+    e.pool.alloc(sum(k for _, k in needs))   # (as grow, one request at a time, would: they fit)
+    for i, k in needs:
+        own[i] += k
+    return [(i, one, True) for i in decs]
 
 
 def decay_new_token_ratio(e: Engine, steps: int = 1) -> None:
@@ -217,18 +224,13 @@ def admit_trtllm(e: Engine) -> None:
 
 def schedule_trtllm(e: Engine) -> Planned:
     admit_trtllm(e)
-    run, cfg = e.running, e.cfg
-    budget, out, decoding = cfg.step_tokens, [], list(map(e.decoding, run))
-    for i, dec in zip(run, decoding):
-        if dec:
-            n = e.decode_tokens(i)
-            if n > budget:
-                break
-            out.append((i, n, True))
-            budget -= n
-    for i, dec in zip(run, decoding):
-        if dec:
-            continue
+    run, cfg, gen, isl, comp = e.running, e.cfg, e.gen, e.isl, e.comp
+    decoding = [gen[i] > 0 and isl[i] + gen[i] - comp[i] == 1 for i in run]   # (Engine.decoding inlined)
+    one = e.decode_tokens(0)
+    decs = [i for i, dec in zip(run, decoding) if dec][: cfg.step_tokens // one]   # each while the budget holds it
+    out = [(i, one, True) for i in decs]
+    budget = cfg.step_tokens - one * len(decs)
+    for i in [i for i, dec in zip(run, decoding) if not dec]:
         need = e.need(i)
         if cfg.chunked_prefill:
             n = min(need, budget, cfg.max_num_tokens)

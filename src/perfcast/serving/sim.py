@@ -88,6 +88,7 @@ class _Run:
         self.trace = SimTrace() if trace else None
         self.handed: list | None = None   # an outer loop (disagg) takes each step's finished requests here
         self.ranks = 1                    # engine instances stepped together (coupled attention-DP ranks)
+        self.left: list = []              # a fast-forward's completions: (its step in the run, clock, how many)
 
 
 def simulate(step: StepCost, kv: KVCache, sched: SchedulerConfig, workload: Workload, *, devices: int = 1,
@@ -163,13 +164,12 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
             t = float(arrivals[nxt])
             continue
         horizon = float(arrivals[nxt]) if not closed and nxt < n else math.inf
-        before, t2 = run.done, None
+        before, t2, steps = run.done, None, run.steps
         if spec is None and not eng.waiting and eng.chunked is None:
-            steps = run.steps
             limits = [x for x in (inbox.left() if inbox is not None and inbox.held else None,
                                   sent.left(run.steps)) if x is not None]
             t2 = _fast_forward(eng, run, price, t, horizon, finishes=not closed,
-                               max_steps=min(limits) if limits else None, first=closed)
+                               max_steps=min(limits) if limits else None, first=closed, lag=sent.lag)
             if t2 is not None:
                 t = t2
                 if inbox is not None:
@@ -182,12 +182,13 @@ def _loop(eng: Engine, run: _Run, step: StepCost, reqs: Requests, w: Workload, s
             t = _execute(eng, run, planned, price, spec, rng, t)
             if inbox is not None:
                 inbox.stepped(planned)
-        if closed:  # each finished request's client sends its next one now (a fast-forward's: at its end)
-            for _ in range(run.done - before):
-                if nxt < n:
-                    run.send[nxt] = t
-                    sent.sent_on_output(nxt, run.steps)
-                    nxt += 1
+        if closed:  # each finished request's client sends its next one on the output of its last step
+            for at, when, k in (run.left if t2 is not None else ((run.steps - steps, t, run.done - before),)):
+                for _ in range(k):
+                    if nxt < n:
+                        run.send[nxt] = when
+                        sent.sent_on_output(nxt, steps + at)
+                        nxt += 1
     return queue_at_last
 
 
@@ -241,18 +242,25 @@ def _execute(eng: Engine, run: _Run, planned, price: _Pricer, spec, rng, t: floa
 def _mix(eng: Engine, planned) -> Mix:
     """The batch mix of a planned step (decodes and their context, prefill chunks)."""
     comp = eng.comp
-    decs = [i for i, _, d in planned if d]
-    chunks = tuple(Chunk(n, comp[i]) for i, n, d in planned if not d)
-    return Mix(len(decs), sum(comp[i] for i in decs), chunks, eng.k if decs else 0)
+    decodes = context = 0
+    chunks = []
+    for i, n, d in planned:   # (one pass: a scheduled step visits every running request)
+        if d:
+            decodes += 1
+            context += comp[i]
+        else:
+            chunks.append(Chunk(n, comp[i]))
+    return Mix(decodes, context, tuple(chunks), eng.k if decodes else 0)
 
 
 def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) -> None:
     """The planned step's effect, run from ``start`` to ``t``: tokens computed and emitted (the
-    decodes' accepted drafts in ``accepted``), first tokens, ITL gaps, completions."""
+    decodes' accepted drafts in ``accepted``; None: no drafts), first tokens, ITL gaps, completions."""
     comp, gen, isl, osl = eng.comp, eng.gen, eng.isl, eng.osl
     first_sched, first, last, counted, itl_v = run.first_sched, run.first, run.last, run.counted, run.itl_v
-    acc = accepted.tolist()
+    acc = accepted.tolist() if accepted is not None else None
     isnan = math.isnan
+    gap = itl_v.append
     tr = run.trace
     run.seq_steps += len(planned)
     finished = []
@@ -263,10 +271,22 @@ def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) ->
     for i, n, dec in planned:
         g = gen[i]
         if dec:
+            j += 1
+            if acc is None and not pre[i]:   # (the common case: one token, not the first)
+                comp[i] += 1
+                emits += 1
+                if counted[i]:
+                    gap(t - last[i])
+                    gaps += 1
+                last[i] = t
+                g += 1
+                gen[i] = g
+                if g >= osl[i]:
+                    finished.append(i)
+                continue
             if pre[i] and isnan(first_sched[i]):
                 first_sched[i] = start
-            emit = min(acc[j] + 1, osl[i] - g)
-            j += 1
+            emit = min((acc[j - 1] if acc is not None else 0) + 1, osl[i] - g)
             comp[i] += emit
             emits += emit
             fresh = g == 0 or (pre[i] and isnan(first[i]))
@@ -283,7 +303,7 @@ def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) ->
         if fresh:  # (a disaggregated request's first token: from decode)
             first[i] = t
         elif counted[i]:
-            itl_v.append(t - last[i])
+            gap(t - last[i])
             gaps += 1
         last[i] = t
         g += emit
@@ -299,9 +319,12 @@ def _apply(eng: Engine, run: _Run, planned, start: float, t: float, accepted) ->
         tr.counter(t, len(planned), eng.pool.used * eng.bs, sum(1 for _, _, d in planned if not d), start)
 
 
-def _accepted(spec: Speculative | None, decodes: int, rng) -> np.ndarray:
-    """Accepted drafts per decoding sequence: position i counts only if 0..i−1 were accepted."""
-    if spec is None or decodes == 0:
+def _accepted(spec: Speculative | None, decodes: int, rng) -> np.ndarray | None:
+    """Accepted drafts per decoding sequence: position i counts only if 0..i−1 were accepted; None
+    without speculative decoding."""
+    if spec is None:
+        return None
+    if decodes == 0:
         return np.zeros(decodes, np.int64)
     ok = rng.random((decodes, spec.k)) < np.asarray(spec.acceptance)
     return np.cumprod(ok, axis=1).sum(axis=1)

@@ -91,6 +91,7 @@ class _Coupled:
         self.balance = cfg.adp_balance
         self.ctx_waiting = self.ctx_batching = 0   # TensorRT-LLM's adp_ctx_{waiting,batching_wait}_iters_count
         self.forwards = spec is None and run.trace is None
+        self.left: list = []   # a closed loop's fast-forward: its completions, (step in the run, clock, [(rank, how many)])
 
     def _route(self, i: int) -> int:
         """The rank request ``i`` goes to (the engine's balancer)."""
@@ -127,16 +128,19 @@ class _Coupled:
             if not closed and not any(e.busy for e in engs):
                 t = float(run.send[nxt])
                 continue
-            before, t2 = run.done, None
+            before, t2, steps = run.done, None, run.steps
             if self.forwards and not any(e.waiting or e.chunked is not None for e in engs):
                 t2 = self._fast_forward(t, float(run.send[nxt]) if not closed and nxt < n else math.inf, not closed)
             t = self._step(t) if t2 is None else t2
-            if closed:   # each finished request's client sends its next one now (a fast-forward's: at its end)
-                for _ in range(run.done - before):
-                    if nxt < n:
-                        run.send[nxt] = t
-                        self.sent[self._route(nxt)].sent_on_output(nxt, run.steps)
-                        nxt += 1
+            if closed:   # each finished request's client sends its next one on the output of its last step
+                for at, when, left in (self.left if t2 is not None else ((run.steps - steps, t, ()),)):
+                    for r, k in left:   # (a fast-forward's: step by step, each step's leavers counted off first)
+                        self.active[r] -= k
+                    for _ in range(sum(k for _, k in left) if t2 is not None else run.done - before):
+                        if nxt < n:
+                            run.send[nxt] = when
+                            self.sent[self._route(nxt)].sent_on_output(nxt, steps + at)
+                            nxt += 1
         return queue_at_last
 
     def _step(self, t: float) -> float:
@@ -167,16 +171,20 @@ class _Coupled:
 
     def _fast_forward(self, t: float, horizon: float, finishes: bool) -> float | None:
         """Every busy rank's run of pure-decode steps, stepped together (the module's docstring);
-        None where some busy rank has none. In a closed loop (not ``finishes``) it stops with the
-        step of the first completion (its client then sends)."""
+        None where some busy rank has none. In a closed loop (not ``finishes``) it stops the take-in
+        lag after the step of the first completion (its client's next request joins no earlier);
+        :attr:`left` then holds the run's completions by step, for the clients to send on."""
         run, engs = self.run, self.engs
         limits = [x for s in self.sent if (x := s.left(run.steps)) is not None]
         limits += [b.left() for b in self.inboxes if b is not None and b.held]
         cap = min(limits) if limits else None
         plans = []
+        # past the first completion only while every rank runs: a request sent to an idle rank joins at once
+        lag = not finishes and all(e.running for e in engs)
         for r, e in enumerate(engs):
             if e.running:
-                d = _Decoding.plan(e, run, self.price, finishes, max_steps=cap, first=not finishes)
+                d = _Decoding.plan(e, run, self.price, finishes, max_steps=cap, first=not finishes,
+                                   lag=self.sent[r].lag if lag else 0)
                 if d is None:
                     return None
                 plans.append((r, d))
@@ -189,14 +197,19 @@ class _Coupled:
             times.append(t)
             if t >= horizon:
                 break
+        left: dict = {}
         for r, d in plans:
             before = run.done
             d.apply(times[:len(d.batches)], t0)
-            self.active[r] -= run.done - before
+            if finishes:
+                self.active[r] -= run.done - before
+            for at, when, k in run.left:   # (a closed loop's: counted off as the clients send, by step)
+                left.setdefault((at, when), []).append((r, k))
             b = self.inboxes[r]
             if b is not None:
                 b.decoded(len(d.batches))
         run.steps += len(times)
+        self.left = [(at, when, ks) for (at, when), ks in sorted(left.items())]
         if self.balance is not None:   # _balanced's counter: every step without a prompt counts
             timeout = self.balance[1]
             full = min(len(d.batches) for _, d in plans) if len(plans) == len(engs) else 0
