@@ -190,13 +190,13 @@ class _Decoding:
         bs, pool = eng.bs, eng.pool
         tr = run.trace if run.ranks == 1 else None
         prev = held
-        grows = not reserved and any(-(-(x + min(r, m)) // bs) > h for x, r, h in zip(c, rem, held))
+        grows = not reserved and any(-(-(x + (r if r < m else m)) // bs) > h for x, r, h in zip(c, rem, held))
         first_step = 1
         run.left = []
         for seg_end in sorted(set(self.ends_l[:done]) | {m}):
             now = prev
             if grows:
-                now = [max(h, -(-(x + seg_end) // bs)) if r >= seg_end else p
+                now = [(h if h >= (n := -(-(x + seg_end) // bs)) else n) if r >= seg_end else p
                        for h, x, r, p in zip(held, c, rem, prev)]
                 if not pool.alloc(sum(now) - sum(prev)):
                     raise RuntimeError("fast-forward: the KV blocks counted on were not there")
@@ -214,7 +214,7 @@ class _Decoding:
             run.left.append((seg_end, t_end, len(leaving)))
             _finish(eng, run, self._store(leaving, seg_end, now, t_end), t_end)
         self._store([k for k, r in enumerate(rem) if r > m], m, prev, t)
-        slots = sum(min(r, m) for r in rem)
+        slots = sum([r if r < m else m for r in rem])
         run.seq_steps += slots
         run.decode_emits += slots
         run.decode_slots += slots
@@ -251,9 +251,10 @@ def _steps_that_fit(c, held: list[int], rem: list[int], bs: int, available: int,
     """The most decode steps (≤ m) whose new blocks the pool can give (a request grows until its
     last step; the blocks leavers free on the way are not counted on)."""
     def need(steps: int) -> int:
-        return sum(max(0, -(-(x + min(r, steps)) // bs) - h) for x, h, r in zip(c, held, rem))
+        return sum([n - h for x, h, r in zip(c, held, rem) if (n := -(-(x + (r if r < steps else steps)) // bs)) > h])
 
-    if need(m) <= available:
+    # a request holds its computed tokens' blocks, so s steps take at most ⌈s / bs⌉ more each
+    if len(c) * -(-m // bs) <= available or need(m) <= available:
         return m
     lo, hi = 0, m
     while lo < hi:
