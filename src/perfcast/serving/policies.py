@@ -179,11 +179,12 @@ def _sglang_decode(e: Engine) -> Planned:
     # (Engine.decoding, decode_tokens and held inlined: this visits every running request every step)
     gen, isl, comp, own, shared, bs, hb = e.gen, e.isl, e.comp, e.own, e.shared, e.bs, e.pool.hash_blocks
     one, hashing = e.decode_tokens(0), e.hashes is not None
-    decs, needs = [i for i in e.running if gen[i] > 0 and isl[i] + gen[i] - comp[i] == 1], []
+    decs, needs, total = [i for i in e.running if gen[i] > 0 and isl[i] + gen[i] - comp[i] == 1], [], 0
     while decs:   # the decodes that need new blocks, and how many, until they fit
         needs = [(i, k) for i in decs
                  if (k := -(-(comp[i] + one) // bs) - own[i] - (len(shared[i]) * hb if hashing else 0)) > 0]
-        if sum(k for _, k in needs) <= e.pool.available:
+        total = sum([k for _, k in needs])
+        if total <= e.pool.available:
             break
         victim = min(decs, key=lambda i: (gen[i], -isl[i]))
         decs.remove(victim)
@@ -191,10 +192,10 @@ def _sglang_decode(e: Engine) -> Planned:
         e.preempt(victim)
         e.ratio = e.cfg.new_token_ratio[0]
     if not decs:
-        needs = []   # (every decode retracted: none grows)
+        needs, total = [], 0   # (every decode retracted: none grows)
     else:
         decay_new_token_ratio(e)
-    e.pool.alloc(sum(k for _, k in needs))   # (as grow, one request at a time, would: they fit)
+    e.pool.alloc(total)   # (as grow, one request at a time, would: they fit)
     for i, k in needs:
         own[i] += k
     return [(i, one, True) for i in decs]
