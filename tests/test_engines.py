@@ -86,6 +86,8 @@ BAD = [
      "key 'launch.prefill.max_tokens': only a cuda_graph launch has a capture size"),
     (lambda d: d["rules"][11].update(cache_write={"prefill": {"mode": "in_kernel"}, "decode": {"mode": "separate"}}),
      "key 'rules.11.attention.cache_write.decode.kernel': a separate cache write needs a kernel name"),
+    (lambda d: d["scheduler"]["max_num_tokens"].update(by_memory=[{"from_gib": 35, "value": 8192}]),
+     "key 'scheduler.max_num_tokens.by_memory': tiers from 0 GiB up, in ascending order"),
 ]
 
 
@@ -432,3 +434,17 @@ def test_sglang_captures_512_sequence_graphs_on_every_device_of_160_gb_or_more()
             continue
         if spec.datasheet.hbm_capacity_bytes >= 160e9:
             assert decode.capture_limit(device) == 512, device
+
+
+def test_sglang_chunks_prefill_by_the_device_s_memory():
+    # server_args.py _handle_chunked_prefill_size: 2048 under 35 GiB, 8192 under 160 GiB, else 16384
+    # (gpu_mem in MiB against 35 * 1024 and 160 * 1024)
+    from perfcast.serving.scheduler import scheduler_config
+
+    for device in device_names():
+        mib = get_device(device).spec.datasheet.hbm_capacity_bytes / 2**20
+        want = 2048 if mib < 35 * 1024 else 8192 if mib < 160 * 1024 else 16384
+        assert scheduler_config("sglang", device=get_device(device)).max_num_tokens == want, device
+        assert scheduler_config("vllm", device=get_device(device)).max_num_tokens == 8192, device
+    assert scheduler_config("sglang").max_num_tokens == 8192   # (no device: the profile's value)
+    assert scheduler_config("sglang", device=get_device("b200-sxm"), max_num_tokens=4096).max_num_tokens == 4096

@@ -160,3 +160,14 @@ def test_the_cli_max_load_queues_every_request_at_the_start(capsys):
     doc = json.loads(out)
     assert doc["workload"]["load"] == {"kind": "max-load", "requests_queued_at_start": 64}
     assert doc["throughput"]["output_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("device, budget", [("h200-sxm", 8192), ("b200-sxm", 16384)])
+def test_sglang_s_step_budget_is_the_one_it_picks_for_the_device(capsys, device, budget):
+    # SGLang's chunked_prefill_size by the GPU's memory (engines/profiles/sglang.yaml), aggregated
+    # and disaggregated
+    for extra in ((), ("--disagg", "1p1d")):
+        code, out, _ = _cli(capsys, "--device", device, "--engine", "sglang", "--concurrency", "2",
+                            "--num-requests", "6", "--osl", "8", "--json", *extra)
+        assert code == 0
+        assert json.loads(out)["scheduler"]["max_num_tokens"] == budget, extra

@@ -20,12 +20,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class MemoryTier(_Strict):
+    """The value an engine picks on devices of at least ``from_gib`` GiB of memory."""
+
+    from_gib: Annotated[float, Field(ge=0)]
+    value: PositiveInt
+
+
 class CountSetting(_Strict):
     """A count or token limit the engine uses by default (``null``: none of its own; the engine
-    derives it from memory), with where the engine sets it."""
+    derives it from memory), with where the engine sets it. ``by_memory``: the engine picks it by
+    the device's memory instead (SGLang's ``chunked_prefill_size``), ``value`` then being its pick
+    where the device is not known."""
 
     value: PositiveInt | None
     sources: Sources
+    by_memory: list[MemoryTier] | None = None
+
+    @model_validator(mode="after")
+    def _tiers(self):
+        if self.by_memory is not None:
+            edges = [t.from_gib for t in self.by_memory]
+            if not edges or edges[0] != 0 or edges != sorted(set(edges)):
+                raise ValueError("@by_memory: tiers from 0 GiB up, in ascending order")
+        return self
+
+    def for_memory(self, capacity_bytes: float | None) -> int | None:
+        """The value on a device of ``capacity_bytes`` of memory (None: not known)."""
+        if self.by_memory is None or capacity_bytes is None:
+            return self.value
+        gib = float(capacity_bytes) / 2**30
+        return [t.value for t in self.by_memory if t.from_gib <= gib][-1]
 
 
 class FlagSetting(_Strict):

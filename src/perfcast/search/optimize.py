@@ -201,7 +201,8 @@ def _chunked(spec: SearchSpec, dep: Deployment, budget: int | None) -> bool | No
     does not chunk by default (TensorRT-LLM: ``enable_chunked_prefill`` off) refuses a prompt
     longer than its token budget, so the search turns chunking on for it, as a user would (and as
     the deployment's ``scheduler`` settings say); None keeps the engine's default."""
-    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(), max_num_tokens=budget)
+    req = dep.request(decode=True, batch=2, length=2)
+    sched = scheduler_config(req.profile(), device=req.device, max_num_tokens=budget)
     return True if not sched.chunked_prefill and spec.isl > sched.max_num_tokens else None
 
 

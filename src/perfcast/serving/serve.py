@@ -140,7 +140,8 @@ def serve(spec: ServeSpec) -> ServeReport:
 
         return serve_disagg(spec)
     dep = spec.deployment
-    sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
+    req = dep.request(decode=True, batch=2, length=2)
+    sched = scheduler_config(req.profile(), device=req.device,
                              max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                              chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
                              memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,

@@ -47,7 +47,8 @@ def pools_of(spec) -> Pools:
     for role, dep in (("prefill", d.prefill), ("decode", spec.deployment)):
         # an instance of dp ranks is dp engine instances of its tp × pp devices (the load split
         # evenly over the ranks, as in aggregated serving)
-        sched = scheduler_config(dep.request(decode=True, batch=2, length=2).profile(),
+        req = dep.request(decode=True, batch=2, length=2)
+        sched = scheduler_config(req.profile(), device=req.device,
                                  max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
                                  max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill,
                                  memory_fraction=spec.memory_fraction, micro_batches=dep.layout.pp)
