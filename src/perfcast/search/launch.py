@@ -44,7 +44,7 @@ from perfcast.capture.parallel import Layout
 from perfcast.ir import routing
 from perfcast.search.optimize import Point, SearchSpec
 from perfcast.search.space import parse_variant
-from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.scheduler import deployment_scheduler
 
 KV_DTYPES = {"vllm": {"fp8": "fp8", "bf16": "auto", "fp16": "auto", "int8": None},
              "sglang": {"fp8": "fp8_e4m3", "bf16": "auto", "fp16": "auto", "int8": None},
@@ -93,8 +93,7 @@ def _repo(model: str) -> str:
 def _memory_fraction(engine: str, device: str, model: str) -> float:
     from perfcast.serving.step import Deployment
 
-    return scheduler_config(Deployment(model, device, engine).request(decode=True, batch=2, length=2).profile()
-                            ).memory_fraction
+    return deployment_scheduler(Deployment(model, device, engine)).memory_fraction
 
 
 def launch_files(spec: SearchSpec, p: Point) -> tuple[dict[str, str], list[str]]:

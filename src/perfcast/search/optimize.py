@@ -34,7 +34,7 @@ from perfcast.ir import UserError, routing
 from perfcast.models import load_model_config
 from perfcast.search import pareto
 from perfcast.search.space import BATCHES, Candidate, layouts, parse_variant
-from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.scheduler import deployment_scheduler
 from perfcast.serving.serve import DoesNotFit, ServeSpec, serve
 from perfcast.serving.step import Deployment
 from perfcast.serving.types import SLO, ServingResult
@@ -201,8 +201,7 @@ def _chunked(spec: SearchSpec, dep: Deployment, budget: int | None) -> bool | No
     does not chunk by default (TensorRT-LLM: ``enable_chunked_prefill`` off) refuses a prompt
     longer than its token budget, so the search turns chunking on for it, as a user would (and as
     the deployment's ``scheduler`` settings say); None keeps the engine's default."""
-    req = dep.request(decode=True, batch=2, length=2)
-    sched = scheduler_config(req.profile(), device=req.device, max_num_tokens=budget)
+    sched = deployment_scheduler(dep, max_num_tokens=budget)
     return True if not sched.chunked_prefill and spec.isl > sched.max_num_tokens else None
 
 

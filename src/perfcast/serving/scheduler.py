@@ -158,6 +158,14 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                           adp_balance=adp_balance)
 
 
+def deployment_scheduler(dep, **overrides) -> SchedulerConfig:
+    """The scheduler of a :class:`~.step.Deployment`'s engine on its device (the profile the
+    deployment resolves, the device's memory for the defaults the engine picks by it), with
+    :func:`scheduler_config`'s ``overrides``."""
+    req = dep.request(decode=True, batch=2, length=2)
+    return scheduler_config(req.profile(), device=req.device, **overrides)
+
+
 def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, max_num_tokens: int | None = None,
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
                    batch_wait: tuple[int, float] | None = None,

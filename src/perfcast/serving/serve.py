@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from perfcast.ir import UserError
 from perfcast.serving import meanfield
 from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
-from perfcast.serving.scheduler import SchedulerConfig, scheduler_config
+from perfcast.serving.scheduler import SchedulerConfig, deployment_scheduler
 from perfcast.serving.sim import Speculative, simulate
 from perfcast.serving.sim_dp import simulate_coupled
 from perfcast.serving.step import Deployment, StepModel, compile_step
@@ -140,9 +140,7 @@ def serve(spec: ServeSpec) -> ServeReport:
 
         return serve_disagg(spec)
     dep = spec.deployment
-    req = dep.request(decode=True, batch=2, length=2)
-    sched = scheduler_config(req.profile(), device=req.device,
-                             max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
+    sched = deployment_scheduler(dep, max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                              chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
                              memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
                              overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance)

@@ -18,7 +18,7 @@ from perfcast.inference.textgen import default_topology
 from perfcast.ir import UserError
 from perfcast.serving import meanfield_disagg as mfd
 from perfcast.serving.disagg import PoolSpec, simulate_disagg
-from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.scheduler import deployment_scheduler
 from perfcast.serving.step import compile_step
 from perfcast.serving.transfer import kv_transfer
 
@@ -47,9 +47,7 @@ def pools_of(spec) -> Pools:
     for role, dep in (("prefill", d.prefill), ("decode", spec.deployment)):
         # an instance of dp ranks is dp engine instances of its tp × pp devices (the load split
         # evenly over the ranks, as in aggregated serving)
-        req = dep.request(decode=True, batch=2, length=2)
-        sched = scheduler_config(req.profile(), device=req.device,
-                                 max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
+        sched = deployment_scheduler(dep, max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
                                  max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill,
                                  memory_fraction=spec.memory_fraction, micro_batches=dep.layout.pp)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
