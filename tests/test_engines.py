@@ -436,6 +436,21 @@ def test_sglang_captures_512_sequence_graphs_on_every_device_of_160_gb_or_more()
             assert decode.capture_limit(device) == 512, device
 
 
+def test_vllm_s_budget_and_batch_follow_the_device_s_memory_and_name():
+    # arg_utils.py get_batch_defaults: 8192 tokens and 1024 sequences for the OpenAI server where
+    # device_memory >= 70 GiB and "a100" not in the device's name; 2048 and 256 elsewhere
+    from perfcast.serving.scheduler import scheduler_config
+
+    for device in device_names():
+        d = get_device(device)
+        big = d.hbm_capacity_bytes >= 70 * 2**30 and "a100" not in device
+        cfg = scheduler_config("vllm", device=d)
+        assert (cfg.max_num_tokens, cfg.max_num_seqs) == ((8192, 1024) if big else (2048, 256)), device
+    assert scheduler_config("vllm", device=get_device("a100-sxm-80gb")).max_num_tokens == 2048   # 80 GB, yet 2048
+    assert scheduler_config("vllm", device=get_device("h100-sxm")).max_num_tokens == 8192        # 74.5 GiB
+    assert (scheduler_config("vllm").max_num_tokens, scheduler_config("vllm").max_num_seqs) == (8192, 1024)
+
+
 def test_sglang_chunks_prefill_by_the_device_s_memory():
     # server_args.py _handle_chunked_prefill_size: 2048 under 35 GiB, 8192 under 160 GiB, else 16384
     # (gpu_mem in MiB against 35 * 1024 and 160 * 1024)
@@ -445,6 +460,5 @@ def test_sglang_chunks_prefill_by_the_device_s_memory():
         mib = get_device(device).spec.datasheet.hbm_capacity_bytes / 2**20
         want = 2048 if mib < 35 * 1024 else 8192 if mib < 160 * 1024 else 16384
         assert scheduler_config("sglang", device=get_device(device)).max_num_tokens == want, device
-        assert scheduler_config("vllm", device=get_device(device)).max_num_tokens == 8192, device
     assert scheduler_config("sglang").max_num_tokens == 8192   # (no device: the profile's value)
     assert scheduler_config("sglang", device=get_device("b200-sxm"), max_num_tokens=4096).max_num_tokens == 4096

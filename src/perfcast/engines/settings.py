@@ -21,17 +21,20 @@ class _Strict(BaseModel):
 
 
 class MemoryTier(_Strict):
-    """The value an engine picks on devices of at least ``from_gib`` GiB of memory."""
+    """The value an engine picks on devices of at least ``from_gib`` GiB of memory, except those
+    whose name holds one of ``except_names`` (vLLM: ``"a100" not in device_name``), which take the
+    tier below."""
 
     from_gib: Annotated[float, Field(ge=0)]
     value: PositiveInt
+    except_names: list[Annotated[str, Field(strict=True, min_length=1, pattern=r"^[a-z0-9-]+$")]] = []
 
 
 class CountSetting(_Strict):
     """A count or token limit the engine uses by default (``null``: none of its own; the engine
     derives it from memory), with where the engine sets it. ``by_memory``: the engine picks it by
-    the device's memory instead (SGLang's ``chunked_prefill_size``), ``value`` then being its pick
-    where the device is not known."""
+    the device's memory instead (SGLang's ``chunked_prefill_size``; vLLM's token budget and batch,
+    A100s excepted), ``value`` then being its pick where the device is not known."""
 
     value: PositiveInt | None
     sources: Sources
@@ -43,14 +46,18 @@ class CountSetting(_Strict):
             edges = [t.from_gib for t in self.by_memory]
             if not edges or edges[0] != 0 or edges != sorted(set(edges)):
                 raise ValueError("@by_memory: tiers from 0 GiB up, in ascending order")
+            if self.by_memory[0].except_names:
+                raise ValueError("@by_memory: the 0 GiB tier applies to every device (no except_names)")
         return self
 
-    def for_memory(self, capacity_bytes: float | None) -> int | None:
-        """The value on a device of ``capacity_bytes`` of memory (None: not known)."""
-        if self.by_memory is None or capacity_bytes is None:
+    def for_device(self, device=None) -> int | None:
+        """The value on ``device`` (a :class:`~perfcast.hardware.device.Device`; None: not known):
+        the highest tier its memory reaches whose ``except_names`` its name holds none of."""
+        if self.by_memory is None or device is None:
             return self.value
-        gib = float(capacity_bytes) / 2**30
-        return [t.value for t in self.by_memory if t.from_gib <= gib][-1]
+        gib, name = float(device.hbm_capacity_bytes) / 2**30, device.name.lower()
+        return [t.value for t in self.by_memory
+                if t.from_gib <= gib and not any(n in name for n in t.except_names)][-1]
 
 
 class FlagSetting(_Strict):

@@ -125,7 +125,7 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                      overlap: bool | None = None, micro_batches: int = 1,
                      adp_balance: tuple[int, int] | None = None, device=None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults
-    (those the engine picks by the device's memory for ``device``, a :class:`Device`, where given),
+    (those the engine picks by the device's memory and name for ``device``, a :class:`Device`, where given),
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
     (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting, the engine's memory
     fraction and overlap scheduling on/off; ``micro_batches``: the batches in flight (a
@@ -137,8 +137,8 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                         f"(engines with one: vllm, sglang, trtllm)")
     ratio = s.new_token_ratio
     cfg = SchedulerConfig(
-        policy=s.policy, max_num_seqs=s.max_num_seqs.value,
-        max_num_tokens=s.max_num_tokens.for_memory(device.hbm_capacity_bytes if device is not None else None),
+        policy=s.policy, max_num_seqs=s.max_num_seqs.for_device(device),
+        max_num_tokens=s.max_num_tokens.for_device(device),
         chunked_prefill=s.chunked_prefill.value, mixed_chunk=s.mixed_chunk.value,
         block_size=s.block_size_tokens.value, memory_fraction=s.memory_fraction.value,
         preemption=s.preemption.value, admission=s.admission.value,
