@@ -171,3 +171,19 @@ def test_sglang_s_step_budget_is_the_one_it_picks_for_the_device(capsys, device,
                             "--num-requests", "6", "--osl", "8", "--json", *extra)
         assert code == 0
         assert json.loads(out)["scheduler"]["max_num_tokens"] == budget, extra
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm", "sglang"])
+def test_the_closed_form_s_first_wave_is_the_simulation_s(engine):
+    # C = N = 16 clients sent at t = 0 with warm-up 0: every counted request is in the first wave, which
+    # the closed form schedules step by step as the engine does (serving/meanfield_burst.py)
+    w = Workload(input_len=Lengths("fixed", 1024), output_len=Lengths("fixed", 64), num_requests=16,
+                 concurrency=16, warmup=0)
+    rep = serve(ServeSpec(Deployment("llama-3.1-8b", "h100-sxm", engine), w, max_num_tokens=4096))
+    sim, cf = rep.results["simulation"].ttft_s, rep.results["closed form"].ttft_s
+    assert (cf.mean, cf.p50, cf.p90, cf.p99) == pytest.approx((sim.mean, sim.p50, sim.p90, sim.p99), rel=1e-4)
+    assert any(n.startswith("TTFT: the first wave counted") for n in rep.results["closed form"].notes)
+    steady = serve(ServeSpec(Deployment("llama-3.1-8b", "h100-sxm", engine), Workload(
+        input_len=Lengths("fixed", 1024), output_len=Lengths("fixed", 64), num_requests=32, concurrency=16),
+        max_num_tokens=4096, tier="closed-form")).results["closed form"]   # (default warm-up: the first wave)
+    assert not any(n.startswith("TTFT: the first wave") for n in steady.notes)

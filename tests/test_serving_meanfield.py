@@ -193,3 +193,26 @@ def test_disaggregated_point_and_slo():
 def test_user_errors(make):
     with pytest.raises(UserError):
         make()
+
+
+def test_the_first_wave_worked_example():
+    """docs/design/serving.md, "The first wave": 8 prompts of 200 tokens sent together to an idle
+    vLLM engine with a 512-token budget, step 9.25 ms + 0.1 ms a token. Steps of 512 tokens (the
+    prefilled prompts' decodes first) finish prompts 0–1, 2–4 and 5–6 at 60.45, 120.9 and 181.35 ms;
+    the fourth step, 7 decodes and prompt 7's last 71 tokens, ends at 198.4 ms: mean 130.5875 ms."""
+    from perfcast.serving.meanfield import _Model
+    from perfcast.serving.meanfield_burst import counting_the_first_wave, first_wave_ttfts
+
+    engine, load = EngineConfig(policy="vllm", max_batch=8, max_num_tokens=512), Workload(200, 31, concurrency=8)
+    wave = first_wave_ttfts(_Model(STEP, engine, load), 8)
+    assert wave == pytest.approx([0.06045] * 2 + [0.1209] * 3 + [0.18135] * 2 + [0.1984], rel=1e-12)
+    steady = closed_loop(STEP, engine, load)
+    run = counting_the_first_wave(steady, STEP, engine, load, warmup=0, num_requests=8)
+    assert run.ttft_s.mean == pytest.approx(0.1305875, rel=1e-12)
+    assert (run.ttft_s.p50, run.ttft_s.p99) == pytest.approx((0.1209, 0.1984 - 0.07 * (0.1984 - 0.18135)), rel=1e-12)
+    assert run.e2e_s.mean - run.ttft_s.mean == pytest.approx(steady.e2e_s.mean - steady.ttft_s.mean, rel=1e-12)
+    ten = counting_the_first_wave(steady, STEP, engine, load, warmup=0, num_requests=80)
+    assert ten.ttft_s.mean == pytest.approx((8 * 0.1305875 + 72 * steady.ttft_s.mean) / 80, rel=1e-12)
+    late = counting_the_first_wave(steady, STEP, engine, load, warmup=5, num_requests=80)   # 5 .. 7 counted
+    assert late.ttft_s.mean == pytest.approx((2 * 0.18135 + 0.1984 + 72 * steady.ttft_s.mean) / 75, rel=1e-12)
+    assert run.requests_per_s == steady.requests_per_s   # throughput: the steady state's

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from perfcast.ir import UserError
 from perfcast.serving import meanfield
+from perfcast.serving.meanfield_burst import counting_the_first_wave
 from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
 from perfcast.serving.scheduler import SchedulerConfig, deployment_scheduler
 from perfcast.serving.sim import Speculative, simulate
@@ -266,6 +267,9 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
+    if load.concurrency is not None and w.warmup_count() < load.concurrency:
+        r = counting_the_first_wave(r, step, engine, load, warmup=w.warmup_count(), num_requests=w.num_requests,
+                                    draft=sp.draft_step if sp else None)
     if sched.adp_balance is not None:
         r = replace(r, notes=r.notes + ("attention-DP balance (--attention-dp-balance): the ranks' prompts in the same "
                                         "steps, each held until every rank has one (at most timeout_iters steps, then "
