@@ -186,11 +186,10 @@ class StepModel:
     def _host_table(self, parts: dict) -> list[float]:
         """The host's issue time of the step's launches at every token count 1..max_tokens (0 where
         a CUDA graph replays it): an eager step takes at least that long (:mod:`perfcast.rollup.fast`)."""
-        out = [0.0] * (self.max_tokens + 1)
+        out = np.zeros(self.max_tokens + 1)
         for part, tokens in parts.values():
-            for t in tokens:
-                out[t] = part.host
-        return out
+            out[tokens] = part.host
+        return out.tolist()
 
     @staticmethod
     def _parts(r, pm, decode: bool) -> _Part:
@@ -234,9 +233,10 @@ class StepModel:
         return out.tolist()
 
     @cached_property
-    def _part_of(self) -> dict[tuple[bool, int], _Part]:
-        return {(decode, t): part for decode, parts in ((True, self._decode), (False, self._prefill))
-                for part, tokens in parts.values() for t in tokens}
+    def _part_of(self) -> dict[bool, list[_Part]]:
+        """The part of a step of ``t`` tokens: ``_part_of[decode][t]``."""
+        _, _, _, parts, decode_ix, prefill_ix, _, _ = self._arrays
+        return {True: [parts[i] for i in decode_ix.tolist()], False: [parts[i] for i in prefill_ix.tolist()]}
 
     # Attention rows -----------------------------------------------------------------------
     def _row(self, rows: dict, key, fn, context: float) -> float:
@@ -251,14 +251,14 @@ class StepModel:
         return on_row(row, context)
 
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
-        part = self._part_of[(True, tokens)]
+        part = self._part_of[True][tokens]
         return self._row(self._decode_rows, (batch, id(part)), lambda c: part.attention(float(batch), c), context)
 
     def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
         """``batch`` sequences of ``new`` tokens after ``past`` cached ones each. Chunks of more
         than 64 tokens interpolate between the 16-token grid of lengths too (the quadratic term's
         curvature over 16 tokens is below 1e-4 of the time)."""
-        part = self._part_of[(False, tokens)]
+        part = self._part_of[False][tokens]
         if new <= 64 or new % GRID == 0:
             return self._prefill_row(part, batch, new, past)
         lo = new // GRID * GRID
@@ -310,7 +310,7 @@ class StepModel:
         if decodes == 0 or decodes > self.max_tokens:
             return None
         self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
-        return (self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[(True, decodes)]))],
+        return (self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[True][decodes]))],
                 self._host_decode[decodes])
 
     @cached_property
