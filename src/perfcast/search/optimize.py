@@ -346,13 +346,14 @@ def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=
 
 def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None, executor=None) -> None:
     """Every point's simulation: on the search's Ray cluster when it has one (a Ray driver is not
-    forked), else in ``jobs`` forked processes (each inherits the compiled step models). The
-    simulations are deterministic, so the split does not change a figure."""
+    forked), else in ``jobs`` forked processes (each inherits the compiled step models; the longest
+    first; the attention rows computed here and there kept for the next process). The simulations
+    are deterministic, so the split does not change a figure."""
     from perfcast.serving.forked import forked_map
 
     args = [(spec, p.candidate, p.closed_form) for p in todo]
     runs = (executor.imap(_simulated, args) if executor is not None and executor.name != "local"
-            else forked_map(_simulated, args, jobs, size=lambda i: todo[i].candidate.concurrency))  # longest first
+            else forked_map(_simulated, args, jobs, size=lambda i: todo[i].candidate.concurrency, rows=True))
     for i, sim in runs:
         todo[i].simulation = sim
 

@@ -151,6 +151,33 @@ def remembered(key: dict, build, encode, decode):
     return value
 
 
+def load_rows(entry_key: dict) -> dict[tuple, list[float]]:
+    """The attention rows kept for the step model of ``entry_key`` (:mod:`perfcast.serving.step_rows`);
+    none where there is no such entry or it cannot be read (debug note)."""
+    from perfcast.serving import step_rows
+
+    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    path = _path(key)
+    try:
+        return step_rows.decode(read_entry(path, MAGIC, FORMAT, key, "rows"))
+    except FileNotFoundError:
+        pass
+    except (Unreadable, KeyError, TypeError, ValueError) as e:
+        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
+    return {}
+
+
+def store_rows(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
+    """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
+    from perfcast.serving import step_rows
+
+    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    try:
+        write_entry(_path(key), {"magic": MAGIC, "format": FORMAT, "key": key, "rows": step_rows.encode(rows)})
+    except (ValueError, OSError) as e:
+        log.debug("step cache: %s: not written (%s)", _path(key), e)
+
+
 def source_of(fn) -> str:
     """The source :func:`sympy.lambdify` generated for ``fn`` (it registers it with linecache)."""
     return inspect.getsource(fn)
