@@ -43,6 +43,7 @@ class Rows:
         self.live: dict[tuple, list[float]] = {}
         self.new: dict[tuple, list[float]] = {}
         self.used: set[tuple] = set()
+        self.grown = 0   # rows grown in ``live`` so far (a worker's screening says which it grew)
         self._kept: dict[tuple, list[float]] | None = None
         if entry_key is not None:
             _LIVE[_path(entry_key)] = self
@@ -72,6 +73,7 @@ class Rows:
             else:
                 self.used.add(sized)
             self.live[key] = row
+            self.grown += 1
         return on_row(row, context)
 
 
