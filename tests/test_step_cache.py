@@ -123,10 +123,11 @@ def _rewritten(path, edit):
     lambda b: b.update(head=b["head"][:-4]),
     lambda b: b.update(dense_prefill="not base64!" + b["dense_prefill"]),
     lambda b: b.update(dense_decode=[0.0] * (MAX + 1)),
+    lambda b: b["decode"][0].update(runs=[[1, 1], [1, 1], [3, 3]]),
     lambda b: b.update(fits=["no/such_fit"]),
     lambda b: b.pop("head"),
 ], ids=["import", "attribute", "statement", "builtin", "short-table", "cut-table", "not-base64", "float-list-table",
-        "unknown-fit", "missing-field"])
+        "repeated-runs", "unknown-fit", "missing-field"])
 def test_a_tampered_entry_is_a_miss_compiled_anew_and_runs_no_code(cached, monkeypatch, tmp_path, edit):
     fresh, d = cached
     xdg = tmp_path / "xdg"

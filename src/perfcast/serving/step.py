@@ -188,7 +188,7 @@ class StepModel:
         a CUDA graph replays it): an eager step takes at least that long (:mod:`perfcast.rollup.fast`)."""
         out = np.zeros(self.max_tokens + 1)
         for part, tokens in parts.values():
-            out[tokens] = part.host
+            out[_at(tokens)] = part.host
         return out.tolist()
 
     @staticmethod
@@ -311,7 +311,7 @@ class StepModel:
         for compiled in (self._decode, self._prefill):
             ix = np.zeros(self.max_tokens + 1, dtype=np.int64)
             for part, tokens in compiled.values():
-                ix[tokens] = len(parts)
+                ix[_at(tokens)] = len(parts)
                 parts.append(part)
             index.append(ix)
         return (np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index,
@@ -370,6 +370,12 @@ class StepModel:
                     t = np.where(has, t + decode_attention(self._decode, tokens[m], dm, cm), t)
                 out[m] = np.maximum(t, part.host)
         return out
+
+
+def _at(tokens: list[int]):
+    """Where ``tokens`` (sorted token counts) are in a table: one slice for a run of consecutive
+    counts (as a size decision's nearly always are), the list otherwise — the same entries."""
+    return slice(tokens[0], tokens[-1] + 1) if tokens and tokens[-1] - tokens[0] == len(tokens) - 1 else tokens
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384):

@@ -36,6 +36,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import types
 from collections import Counter
 from pathlib import Path
@@ -93,7 +94,7 @@ def package_digest() -> str:
     one of them differs (as Python's bytecode cache decides a source changed): a new process
     stats the package's files instead of reading its ~50 MB."""
     root = Path(__file__).resolve().parent.parent
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    files = sorted(p for p in _files(root) if p.is_file())
     stats = [[str(p.relative_to(root)), st.st_size, st.st_mtime_ns] for p in files for st in (p.stat(),)]
     key = {"kind": "digest", "root": str(root), "files": stats, "format": FORMAT}
     path = cache_dir() / f"package-digest{SUFFIX}"
@@ -114,6 +115,16 @@ def package_digest() -> str:
     except (ValueError, OSError) as e:
         log.debug("step cache: %s: not written (%s)", path, e)
     return digest
+
+
+def _files(root: Path) -> list[Path]:
+    """Every path under ``root`` but the bytecode caches, which are not walked (``rglob`` would
+    list their thousand files only to drop them)."""
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        out += [Path(folder, n) for n in names]
+    return out
 
 
 def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
@@ -270,7 +281,9 @@ def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
                                                      ("dense", "attention", "head"))}
             tokens: list[int] = []
             for a, b in g["runs"]:
-                tokens.extend(range(int(a), int(b) + 1))
+                if not (type(a) is type(b) is int and (tokens[-1] if tokens else 0) < a <= b):
+                    raise Unreadable("token runs that are not ascending and apart")
+                tokens.extend(range(a, b + 1))
             out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head"), float(g["host"])), tokens)
         return out
 
