@@ -5,7 +5,8 @@ In order, in one process, the disaggregated groups come first: their prefill poo
 largest steps (the engine's own batch limit), and a step model compiled for those serves the
 aggregated groups' smaller ones, so each layout's step model is built or loaded once.
 
-On two cores (the local executor, where the process may use two CPUs and can fork) the groups
+On two cores (the local executor, where the process may use two CPUs and can fork, and holds none
+of the search's step models yet: a new process, which loads or compiles them all) the groups
 split along the step models they compile, so that every step model is compiled, grown and read
 in the same order as in one process: a forked worker screens the disaggregated groups and the
 aggregated groups of layouts without pipeline stages (a disaggregated pool is never a pipeline:
@@ -40,7 +41,7 @@ def screen(spec, groups: list[tuple], run_group, executor, jobs: int | None = No
 
     here = [i for i in order if groups[i][0] == "agg" and groups[i][3].pp > 1]
     there = [i for i in order if i not in here]
-    if executor.name != "local" or not here or not there or not _two_cores(jobs):
+    if executor.name != "local" or not here or not there or not _two_cores(jobs) or _warm(spec, groups):
         for j, pts in executor.imap(run_group, [(spec, groups[i]) for i in order]):
             finished(order[j], pts)
         return done
@@ -65,6 +66,14 @@ def _two_cores(jobs: int | None) -> bool:
     import multiprocessing
 
     return "fork" in multiprocessing.get_all_start_methods() and (jobs or len(os.sched_getaffinity(0))) >= 2
+
+
+def _warm(spec, groups: list[tuple]) -> bool:
+    """Whether this process holds a step model of the search's aggregated layouts already (it ran
+    the search before): then the screening only prices, and one process does it sooner than two."""
+    from perfcast.search.optimize import _deployment
+
+    return any(_deployment(spec, g[1], g[2], g[3]) in step_mod._COMPILED for g in groups if g[0] == "agg")
 
 
 def _outcomes(spec, items: list[tuple], run_group) -> list[tuple[int, object]]:
