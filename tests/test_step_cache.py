@@ -80,6 +80,31 @@ def test_another_deployment_or_size_is_another_entry(cached):
     assert len({step_cache._path(k) for k in keys}) == 4
 
 
+def _short(table: str) -> str:
+    """A packed table one float short, still valid base64."""
+    import base64
+
+    return base64.b64encode(base64.b64decode(table)[:-8]).decode()
+
+
+def test_an_entry_of_the_previous_format_is_refused_before_its_fields_are_read(cached, monkeypatch, tmp_path):
+    # format 2 kept the tables as JSON lists of floats; its entries are refused by their header
+    import gzip
+
+    fresh, d = cached
+    target = tmp_path / "xdg" / "perfcast" / "steps"
+    target.mkdir(parents=True)
+    doc = json.loads(gzip.decompress(_entry(d).read_bytes()))
+    doc["format"] = 2
+    for k in ("dense_decode", "dense_prefill", "head"):
+        doc["step"][k] = [0.0] * (MAX + 1)
+    write_entry(target / _entry(d).name, doc)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with pytest.raises(Unreadable, match="kind and format"):
+        step_cache.read_entry(target / _entry(d).name, step_cache.MAGIC, step_cache.FORMAT, doc["key"], "step")
+    assert _prices(StepModel(DEP, max_tokens=MAX)) == _prices(fresh)
+
+
 def _rewritten(path, edit):
     """The entry at ``path`` with ``edit(body)`` applied, written back in the cache format."""
     import gzip
@@ -94,10 +119,15 @@ def _rewritten(path, edit):
     lambda b: b["decode"][0].update(attention="def f(B, C):\n    return B.__class__\n"),
     lambda b: b["prefill"][0].update(dense="import os\n"),
     lambda b: b["decode"][0].update(dense="def f(B):\n    return open('x')\n"),
-    lambda b: b.update(dense_decode=b["dense_decode"][:-1]),
+    lambda b: b.update(dense_decode=_short(b["dense_decode"])),
+    lambda b: b.update(head=b["head"][:-4]),
+    lambda b: b.update(dense_prefill="not base64!" + b["dense_prefill"]),
+    lambda b: b.update(dense_decode=[0.0] * (MAX + 1)),
+    lambda b: b["decode"][0].update(runs=[[1, 1], [1, 1], [3, 3]]),
     lambda b: b.update(fits=["no/such_fit"]),
     lambda b: b.pop("head"),
-], ids=["import", "attribute", "statement", "builtin", "short-table", "unknown-fit", "missing-field"])
+], ids=["import", "attribute", "statement", "builtin", "short-table", "cut-table", "not-base64", "float-list-table",
+        "repeated-runs", "unknown-fit", "missing-field"])
 def test_a_tampered_entry_is_a_miss_compiled_anew_and_runs_no_code(cached, monkeypatch, tmp_path, edit):
     fresh, d = cached
     xdg = tmp_path / "xdg"

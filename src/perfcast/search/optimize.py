@@ -314,24 +314,16 @@ def screen_group(task: tuple) -> list[Point]:
 def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=None) -> SearchResult:
     """Screen every candidate, place the front, confirm it by simulation, choose the best.
     ``progress(done, total, what)`` is called after each group (a progress bar's hook); ``jobs``:
-    processes for the confirming simulations (default: the CPUs this process may use);
+    processes for the screening (two at most) and the confirming simulations (default: the CPUs
+    this process may use);
     ``executor``: where the screening runs (:mod:`perfcast.search.executor`; default: here)."""
     from perfcast.search.executor import LocalExecutor
+    from perfcast.search.screening import screen
 
     executor = executor or LocalExecutor()
     groups = groups_of(spec)
-    # disaggregated groups first: their prefill pools ask for the largest steps (the engine's own
-    # batch limit), and a step model compiled for those serves the aggregated groups' smaller
-    # ones — each layout's step model is then built or loaded once, not twice
-    run = sorted(range(len(groups)), key=lambda i: groups[i][0] != "disagg")
-    t0 = time.perf_counter()
-    by_group: dict[int, list[Point]] = {}
-    for done, (j, pts) in enumerate(executor.imap(screen_group, [(spec, groups[i]) for i in run]), 1):
-        i = run[j]
-        by_group[i] = pts
-        if progress is not None:
-            g = groups[i]
-            progress(done, len(groups), f"{g[1]} {g[3].describe() if g[0] == 'agg' else 'disaggregated'}")
+    t0 = time.perf_counter()   # (the order of the groups, and the screening on two cores: screening.py)
+    by_group = screen(spec, groups, screen_group, executor, jobs, progress)
     points = [p for i in range(len(groups)) for p in by_group[i]]   # the group order, however they finished
     t1 = time.perf_counter()
     front, best, runners_up, notes = select(points, spec.slo, spec.confirm,
@@ -346,13 +338,14 @@ def optimize(spec: SearchSpec, progress=None, jobs: int | None = None, executor=
 
 def _confirm_all(spec: SearchSpec, todo: list[Point], jobs: int | None, executor=None) -> None:
     """Every point's simulation: on the search's Ray cluster when it has one (a Ray driver is not
-    forked), else in ``jobs`` forked processes (each inherits the compiled step models). The
-    simulations are deterministic, so the split does not change a figure."""
+    forked), else in ``jobs`` forked processes (each inherits the compiled step models; the longest
+    first; the attention rows computed here and there kept for the next process). The simulations
+    are deterministic, so the split does not change a figure."""
     from perfcast.serving.forked import forked_map
 
     args = [(spec, p.candidate, p.closed_form) for p in todo]
     runs = (executor.imap(_simulated, args) if executor is not None and executor.name != "local"
-            else forked_map(_simulated, args, jobs, size=lambda i: todo[i].candidate.concurrency))  # longest first
+            else forked_map(_simulated, args, jobs, size=lambda i: todo[i].candidate.concurrency, rows=True))
     for i, sim in runs:
         todo[i].simulation = sim
 

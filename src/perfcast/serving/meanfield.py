@@ -33,9 +33,8 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from scipy.optimize import brentq
-
 from perfcast.ir import UserError
+from perfcast.serving.brent import brentq
 from perfcast.serving.meanfield_inputs import EngineConfig, Workload  # the closed form's inputs (re-exported)
 from perfcast.serving.queueing import balance_hold_steps, md1_wait, share_within, wait_tail
 from perfcast.serving.types import SLO, Chunk, Mix, ServingResult, StepCost, Summary, expected_tokens_per_step
@@ -230,8 +229,8 @@ def _r_budget(m: _Model) -> float:
 
 def _engine_state(m: _Model, cap: float) -> _State:
     """The steady state holding ``cap`` sequences in the engine: the root of
-    ``inflight(r) = cap`` (Brent's method, scipy.optimize.brentq; ``inflight`` rises with r),
-    or the token-budget-bound state when the budget fills first."""
+    ``inflight(r) = cap`` (Brent's method, :func:`perfcast.serving.brent.brentq`; ``inflight``
+    rises with r), or the token-budget-bound state when the budget fills first."""
     r_hi = min(cap * m.e / (m.load.osl - 1), _r_budget(m))
     top = _state(m, r_hi)
     if top.inflight <= cap:

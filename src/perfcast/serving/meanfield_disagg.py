@@ -16,9 +16,8 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from scipy.optimize import brentq
-
 from perfcast.ir import UserError
+from perfcast.serving.brent import brentq
 from perfcast.serving.meanfield import (
     _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model,
 )

@@ -53,7 +53,8 @@ from perfcast.inference.textgen import Request, make_model
 from perfcast.ir import UserError, dim, routing
 from perfcast.rollup import LaunchModel, rollup
 from perfcast.serving import step_cache
-from perfcast.serving.step_grid import GRID, decode_attention, on_grid, on_row, prefill_on_grid
+from perfcast.serving.step_grid import GRID, decode_attention, on_grid, prefill_on_grid
+from perfcast.serving.step_rows import Rows
 from perfcast.serving.types import Mix
 
 #: Performance models a step model can be compiled for: closed forms only.
@@ -132,8 +133,7 @@ class StepModel:
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
         self._host_decode, self._host_prefill = self._host_table(self._decode), self._host_table(self._prefill)
-        self._decode_rows: dict[tuple, list[float]] = {}
-        self._prefill_rows: dict[tuple, list[float]] = {}
+        self._rows = Rows(key)   # the attention rows: decode (0, batch, part), prefill (1, batch, new, part)
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing"
                        + ("" if stage is None else f", pipeline stage {stage}"))
@@ -186,11 +186,10 @@ class StepModel:
     def _host_table(self, parts: dict) -> list[float]:
         """The host's issue time of the step's launches at every token count 1..max_tokens (0 where
         a CUDA graph replays it): an eager step takes at least that long (:mod:`perfcast.rollup.fast`)."""
-        out = [0.0] * (self.max_tokens + 1)
+        out = np.zeros(self.max_tokens + 1)
         for part, tokens in parts.values():
-            for t in tokens:
-                out[t] = part.host
-        return out
+            out[_at(tokens)] = part.host
+        return out.tolist()
 
     @staticmethod
     def _parts(r, pm, decode: bool) -> _Part:
@@ -234,41 +233,32 @@ class StepModel:
         return out.tolist()
 
     @cached_property
-    def _part_of(self) -> dict[tuple[bool, int], _Part]:
-        return {(decode, t): part for decode, parts in ((True, self._decode), (False, self._prefill))
-                for part, tokens in parts.values() for t in tokens}
+    def _part_ix(self) -> dict[bool, list[int]]:
+        """The index of a step of ``t`` tokens' part in ``_arrays``' list: ``_part_ix[decode][t]``."""
+        _, _, _, _, decode_ix, prefill_ix, _, _ = self._arrays
+        return {True: decode_ix.tolist(), False: prefill_ix.tolist()}
 
-    # Attention rows -----------------------------------------------------------------------
-    def _row(self, rows: dict, key, fn, context: float) -> float:
-        """Linear interpolation on the 16-token grid of a lazily grown row."""
-        row = rows.get(key)
-        need = int(context // GRID) + 2
-        if row is None or len(row) < need:
-            n = max(need, 2 * len(row) if row else 64)
-            grid = np.arange(n, dtype=float) * GRID
-            row = np.broadcast_to(fn(grid), grid.shape).tolist()
-            rows[key] = row
-        return on_row(row, context)
-
+    # Attention rows (perfcast.serving.step_rows: linear on the 16-token grid, grown lazily) --------
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
-        part = self._part_of[(True, tokens)]
-        return self._row(self._decode_rows, (batch, id(part)), lambda c: part.attention(float(batch), c), context)
+        ix = self._part_ix[True][tokens]
+        part = self._arrays[3][ix]
+        return self._rows.at((0, batch, ix), lambda c: part.attention(float(batch), c), context)
 
     def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
         """``batch`` sequences of ``new`` tokens after ``past`` cached ones each. Chunks of more
         than 64 tokens interpolate between the 16-token grid of lengths too (the quadratic term's
         curvature over 16 tokens is below 1e-4 of the time)."""
-        part = self._part_of[(False, tokens)]
+        ix = self._part_ix[False][tokens]
         if new <= 64 or new % GRID == 0:
-            return self._prefill_row(part, batch, new, past)
+            return self._prefill_row(ix, batch, new, past)
         lo = new // GRID * GRID
         f = (new - lo) / GRID
-        a = self._prefill_row(part, batch, lo, past)
-        return a + f * (self._prefill_row(part, batch, lo + GRID, past) - a)
+        a = self._prefill_row(ix, batch, lo, past)
+        return a + f * (self._prefill_row(ix, batch, lo + GRID, past) - a)
 
-    def _prefill_row(self, part: _Part, batch: int, new: int, past: float) -> float:
-        return self._row(self._prefill_rows, (batch, new, id(part)),
-                         lambda c: part.attention(float(batch), float(new), c), past)
+    def _prefill_row(self, ix: int, batch: int, new: int, past: float) -> float:
+        part = self._arrays[3][ix]
+        return self._rows.at((1, batch, new, ix), lambda c: part.attention(float(batch), float(new), c), past)
 
     # Pricing ------------------------------------------------------------------------------
     def step_s(self, mix: Mix) -> float:
@@ -310,7 +300,7 @@ class StepModel:
         if decodes == 0 or decodes > self.max_tokens:
             return None
         self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
-        return (self._dense_decode[decodes], self._decode_rows[(decodes, id(self._part_of[(True, decodes)]))],
+        return (self._dense_decode[decodes], self._rows.live[(0, decodes, self._part_ix[True][decodes])],
                 self._host_decode[decodes])
 
     @cached_property
@@ -321,7 +311,7 @@ class StepModel:
         for compiled in (self._decode, self._prefill):
             ix = np.zeros(self.max_tokens + 1, dtype=np.int64)
             for part, tokens in compiled.values():
-                ix[tokens] = len(parts)
+                ix[_at(tokens)] = len(parts)
                 parts.append(part)
             index.append(ix)
         return (np.asarray(self._dense_decode), np.asarray(self._dense_prefill), np.asarray(self._head), parts, *index,
@@ -380,6 +370,12 @@ class StepModel:
                     t = np.where(has, t + decode_attention(self._decode, tokens[m], dm, cm), t)
                 out[m] = np.maximum(t, part.host)
         return out
+
+
+def _at(tokens: list[int]):
+    """Where ``tokens`` (sorted token counts) are in a table: one slice for a run of consecutive
+    counts (as a size decision's nearly always are), the list otherwise — the same entries."""
+    return slice(tokens[0], tokens[-1] + 1) if tokens and tokens[-1] - tokens[0] == len(tokens) - 1 else tokens
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384):

@@ -4,10 +4,11 @@ new process prices steps without capturing, lowering, rolling up or lambdifying 
 An entry lives in ``$XDG_CACHE_HOME/perfcast/steps`` (default ``~/.cache/perfcast``) in the
 capture cache's format (:func:`perfcast.capture.cache.write_entry`: gzip-compressed strict JSON,
 written atomically, read with size and file-type checks). A ``step`` entry holds, for one
-deployment compiled for ``max_tokens``: the dense and LM-head tables (floats round-trip exactly
-through JSON), per size decision of the engine the token runs it serves and its parts' NumPy
-source as :func:`sympy.lambdify` printed it, the calibrated kernel fits those sources call, and
-the ops with no cost rule. A ``memory`` entry holds a deployment's memory report (four integers).
+deployment compiled for ``max_tokens``: the dense and LM-head tables (each the base64 of its
+little-endian IEEE doubles: exact, and read back at the speed of a copy), per size decision of
+the engine the token runs it serves and its parts' NumPy source as :func:`sympy.lambdify`
+printed it, the calibrated kernel fits those sources call, and the ops with no cost rule. A
+``memory`` entry holds a deployment's memory report (four integers).
 
 The key is everything the result depends on: every field of the deployment and the inputs its
 names resolve to (model config, device, engine profile, device mesh — a user's file changes
@@ -26,6 +27,8 @@ foreign file costs time, never runs code.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import dis
 import functools
@@ -33,6 +36,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import types
 from collections import Counter
 from pathlib import Path
@@ -41,7 +45,7 @@ import numpy as np
 
 from perfcast.capture.cache import Unreadable, read_entry, versions, write_entry
 
-FORMAT = 2  # bump when an entry's fields or their meaning change
+FORMAT = 3  # bump when an entry's fields or their meaning change
 MAGIC = "perfcast step cache"
 SUFFIX = ".json.gz"
 
@@ -69,7 +73,9 @@ _FREE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR
 
 @functools.cache
 def _printer_names() -> dict[str, object]:
-    names = {n: getattr(np, n) for n in dir(np) if isinstance(getattr(np, n, None), np.ufunc)}
+    # NumPy's own namespace, not getattr: that would import every lazily loaded submodule
+    # (numpy.f2py, numpy.testing, numpy.random, ...), none of which holds a ufunc
+    names = {n: v for n in dir(np) if isinstance(v := vars(np).get(n), np.ufunc)}
     names.update({n: getattr(np, n) for n in _ARRAY_FUNCTIONS if hasattr(np, n)})
     names["reduce"] = functools.reduce
     return names
@@ -88,7 +94,7 @@ def package_digest() -> str:
     one of them differs (as Python's bytecode cache decides a source changed): a new process
     stats the package's files instead of reading its ~50 MB."""
     root = Path(__file__).resolve().parent.parent
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    files = sorted(p for p in _files(root) if p.is_file())
     stats = [[str(p.relative_to(root)), st.st_size, st.st_mtime_ns] for p in files for st in (p.stat(),)]
     key = {"kind": "digest", "root": str(root), "files": stats, "format": FORMAT}
     path = cache_dir() / f"package-digest{SUFFIX}"
@@ -109,6 +115,16 @@ def package_digest() -> str:
     except (ValueError, OSError) as e:
         log.debug("step cache: %s: not written (%s)", path, e)
     return digest
+
+
+def _files(root: Path) -> list[Path]:
+    """Every path under ``root`` but the bytecode caches, which are not walked (``rglob`` would
+    list their thousand files only to drop them)."""
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        out += [Path(folder, n) for n in names]
+    return out
 
 
 def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
@@ -146,20 +162,65 @@ def remembered(key: dict, build, encode, decode):
     return value
 
 
+def load_rows(entry_key: dict) -> dict[tuple, list[float]]:
+    """The attention rows kept for the step model of ``entry_key`` (:mod:`perfcast.serving.step_rows`);
+    none where there is no such entry or it cannot be read (debug note)."""
+    from perfcast.serving import step_rows
+
+    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    path = _path(key)
+    try:
+        return step_rows.decode(read_entry(path, MAGIC, FORMAT, key, "rows"))
+    except FileNotFoundError:
+        pass
+    except (Unreadable, KeyError, TypeError, ValueError) as e:
+        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
+    return {}
+
+
+def store_rows(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
+    """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
+    from perfcast.serving import step_rows
+
+    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    try:
+        write_entry(_path(key), {"magic": MAGIC, "format": FORMAT, "key": key, "rows": step_rows.encode(rows)})
+    except (ValueError, OSError) as e:
+        log.debug("step cache: %s: not written (%s)", _path(key), e)
+
+
 def source_of(fn) -> str:
     """The source :func:`sympy.lambdify` generated for ``fn`` (it registers it with linecache)."""
     return inspect.getsource(fn)
 
 
 def compiled(source: str, names: dict[str, object]):
-    """The function ``source`` defines, after the check of the module docstring — made on the
-    bytecode ``compile`` gives (compiling runs nothing): the module only defines one function;
-    the function takes positional arguments, has no other locals, closures, defaults or nested
-    code, uses only the instructions of one expression of calls, arithmetic, comparisons and
-    list or tuple displays (no attribute, subscript, store, import or loop), numeric constants
-    (and keyword names), and calls only the names of :func:`_printer_names` or ``names`` (the
-    performance model's functions). The function is built from its code object; the module's
-    code is never run."""
+    """The function ``source`` defines (:func:`_checked`), its names bound to ``names`` (the
+    performance model's functions) or to :func:`_printer_names`."""
+    fn = _checked(source)
+    known = _printer_names()
+    used = {}
+    for name in fn.co_names:
+        if name in names:
+            used[name] = names[name]
+        elif name in known:
+            used[name] = known[name]
+        else:
+            raise Unreadable(f"a source naming {name!r}")
+    return types.FunctionType(fn, {"__builtins__": {}, **used}, fn.co_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(source: str) -> types.CodeType:
+    """The code object of the function ``source`` defines, after the check of the module
+    docstring — made on the bytecode ``compile`` gives (compiling runs nothing): the module only
+    defines one function; the function takes positional arguments, has no other locals,
+    closures, defaults or nested code, uses only the instructions of one expression of calls,
+    arithmetic, comparisons and list or tuple displays (no attribute, subscript, store, import or
+    loop), numeric constants (and keyword names); :func:`compiled` then binds only the names of
+    :func:`_printer_names` or the performance model's functions. The function is built from its
+    code object; the module's code is never run. Memoised by the source: a search's stages and
+    layouts share most of theirs (a refused source raises again: exceptions are not kept)."""
     try:
         module = compile(source, "<perfcast step cache>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
@@ -178,16 +239,7 @@ def compiled(source: str, names: dict[str, object]):
     for c in fn.co_consts:
         if not _numeric(c) and not (type(c) is tuple and c and all(type(k) is str for k in c)):
             raise Unreadable(f"a source with a {type(c).__name__} constant")
-    known = _printer_names()
-    used = {}
-    for name in fn.co_names:
-        if name in names:
-            used[name] = names[name]
-        elif name in known:
-            used[name] = known[name]
-        else:
-            raise Unreadable(f"a source naming {name!r}")
-    return types.FunctionType(fn, {"__builtins__": {}, **used}, fn.co_name)
+    return fn
 
 
 def _numeric(c) -> bool:
@@ -206,8 +258,9 @@ def encode(compiled: tuple, pm) -> dict:
                 for key, (part, tokens) in parts.items()]
 
     calibration = getattr(pm, "calibration", None)
-    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": dense_decode,
-            "dense_prefill": dense_prefill, "head": head, "fits": calibration.used() if calibration else [],
+    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": _packed(dense_decode),
+            "dense_prefill": _packed(dense_prefill), "head": _packed(head),
+            "fits": calibration.used() if calibration else [],
             "unpriced": [[op, shapes, n] for (op, shapes), n in unpriced.items()]}
 
 
@@ -226,15 +279,35 @@ def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
         for g in groups:
             fn = {k: compiled(g[k], names) for k in (("dense", "attention") if decoding else
                                                      ("dense", "attention", "head"))}
-            out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head"), float(g["host"])),
-                                      [t for a, b in g["runs"] for t in range(int(a), int(b) + 1)])
+            tokens: list[int] = []
+            for a, b in g["runs"]:
+                if not (type(a) is type(b) is int and (tokens[-1] if tokens else 0) < a <= b):
+                    raise Unreadable("token runs that are not ascending and apart")
+                tokens.extend(range(a, b + 1))
+            out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head"), float(g["host"])), tokens)
         return out
 
-    tables = [[float(x) for x in doc[k]] for k in ("dense_decode", "dense_prefill", "head")]
-    if any(len(t) != max_tokens + 1 for t in tables):
-        raise Unreadable(f"tables not of {max_tokens + 1} entries")
+    tables = [_unpacked(doc[k], max_tokens + 1) for k in ("dense_decode", "dense_prefill", "head")]
     return (parts(doc["decode"], True), parts(doc["prefill"], False), *tables,
             Counter({(str(op), str(shapes)): int(n) for op, shapes, n in doc["unpriced"]}))
+
+
+def _packed(table) -> str:
+    """A table of floats as the base64 of its little-endian IEEE doubles."""
+    return base64.b64encode(np.asarray(table, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _unpacked(text: str, n: int) -> list[float]:
+    """The inverse of :func:`_packed`, refused unless it holds exactly ``n`` floats."""
+    if type(text) is not str:
+        raise Unreadable("a table that is not base64 text")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise Unreadable("a table that is not base64") from None
+    if len(data) != 8 * n:
+        raise Unreadable(f"a table not of {n} entries")
+    return np.frombuffer(data, dtype="<f8").tolist()
 
 
 def _runs(tokens: list[int]) -> list[list[int]]:
