@@ -187,3 +187,13 @@ def test_the_closed_form_s_first_wave_is_the_simulation_s(engine):
         input_len=Lengths("fixed", 1024), output_len=Lengths("fixed", 64), num_requests=32, concurrency=16),
         max_num_tokens=4096, tier="closed-form")).results["closed form"]   # (default warm-up: the first wave)
     assert not any(n.startswith("TTFT: the first wave") for n in steady.notes)
+
+
+def test_the_closed_form_is_the_steady_state_unless_a_warm_up_below_c_is_given():
+    # the search prices a closed-form point with N = C requests (the default warm-up then counts the last
+    # one): that is the steady state, not the first wave's last request
+    w = dict(input_len=Lengths("fixed", 1024), output_len=Lengths("fixed", 64), concurrency=16)
+    one = serve(ServeSpec(LLAMA, Workload(num_requests=16, **w), tier="closed-form")).results["closed form"]
+    many = serve(ServeSpec(LLAMA, Workload(num_requests=1600, **w), tier="closed-form")).results["closed form"]
+    wave = serve(ServeSpec(LLAMA, Workload(num_requests=1600, warmup=0, **w), tier="closed-form")).results["closed form"]
+    assert one.ttft_s == many.ttft_s and wave.ttft_s.mean > many.ttft_s.mean

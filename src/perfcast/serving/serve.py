@@ -267,8 +267,10 @@ def _closed_form(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, step: Ste
     load = mean_load(w, max_load=spec.max_load)
     isl, osl = load.isl, load.osl
     r = meanfield.solve(step, engine, load, draft=sp.draft_step if sp else None, slo=spec.slo)
-    if load.concurrency is not None and w.warmup_count() < load.concurrency:
-        r = counting_the_first_wave(r, step, engine, load, warmup=w.warmup_count(), num_requests=w.num_requests,
+    if load.concurrency is not None and w.warmup is not None and w.warmup < load.concurrency:
+        # (a warm-up given below C counts part of the first wave; by default it is the warm-up, and a run of
+        # N ≤ C requests that counts its last one — the search's closed-form points — is the steady state)
+        r = counting_the_first_wave(r, step, engine, load, warmup=w.warmup, num_requests=w.num_requests,
                                     draft=sp.draft_step if sp else None)
     if sched.adp_balance is not None:
         r = replace(r, notes=r.notes + ("attention-DP balance (--attention-dp-balance): the ranks' prompts in the same "
