@@ -7,7 +7,7 @@ from perfcast.capture.parallel import Layout
 from perfcast.inference.textgen import simulate
 from perfcast.ir import UserError
 from perfcast.serving.memory import Memory, kv_capacity_tokens
-from perfcast.serving.step import GRID, Deployment, compile_step
+from perfcast.serving.step import GRID, Deployment, StepModel, compile_step
 from perfcast.serving.types import AffineStep, Chunk, Mix
 
 LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "trtllm")
@@ -15,7 +15,9 @@ LLAMA = Deployment("llama-3.1-8b", "h100-sxm", "trtllm")
 
 @pytest.fixture(scope="module")
 def llama():
-    return compile_step(LLAMA, max_tokens=4096)
+    # (its own model, not compile_step's per-process memo: another test file on this worker may have
+    # compiled the deployment for a larger step, which the memo would hand back)
+    return StepModel(LLAMA, max_tokens=4096)
 
 
 def _textgen(dep, **kw):
