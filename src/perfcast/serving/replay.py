@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from perfcast.hardware.spec import SpecError
 from perfcast.inference.silicon import ONE_DECODE_WORKER, Case
 from perfcast.ir import UserError
-from perfcast.serving.scheduler import scheduler_config
+from perfcast.serving.scheduler import deployment_scheduler
 from perfcast.serving.serve import Disagg, ServeSpec, serve
 from perfcast.serving.step import Deployment
 from perfcast.serving.workload import Lengths, Workload
@@ -88,12 +88,13 @@ def deployment_of(case: Case, performance_model: str = "analytic") -> Deployment
 
 def _max_batch(case: Case) -> int:
     """The row's batch; where it is not the engine's limit (:func:`perfcast.inference.recipes.
-    with_batch_limit`), the engine's default limit capped at the concurrency — the same schedule
-    (a closed loop of C clients never has more than C requests in flight), and a step model
-    compiled for C sequences, not for the engine's default of up to thousands."""
+    with_batch_limit`), the engine's default limit on the row's device (vLLM's depends on it)
+    capped at the concurrency — the same schedule (a closed loop of C clients never has more than
+    C requests in flight), and a step model compiled for C sequences, not for the engine's
+    default of up to thousands."""
     if case.batch_limits:
         return case.batch
-    default = scheduler_config(case.engine).max_num_seqs
+    default = deployment_scheduler(deployment_of(case)).max_num_seqs
     return min(default, case.concurrency) if default else case.concurrency
 
 
