@@ -142,9 +142,9 @@ def serve(spec: ServeSpec) -> ServeReport:
         return serve_disagg(spec)
     dep = spec.deployment
     sched = deployment_scheduler(dep, max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
-                             chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
-                             memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
-                             overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance)
+                                 chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
+                                 memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
+                                 overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")

@@ -47,9 +47,10 @@ def pools_of(spec) -> Pools:
     for role, dep in (("prefill", d.prefill), ("decode", spec.deployment)):
         # an instance of dp ranks is dp engine instances of its tp × pp devices (the load split
         # evenly over the ranks, as in aggregated serving)
-        sched = deployment_scheduler(dep, max_batch_size=d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size,
-                                 max_num_tokens=spec.max_num_tokens, chunked_prefill=spec.chunked_prefill,
-                                 memory_fraction=spec.memory_fraction, micro_batches=dep.layout.pp)
+        batch = d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size
+        sched = deployment_scheduler(dep, max_batch_size=batch, max_num_tokens=spec.max_num_tokens,
+                                     chunked_prefill=spec.chunked_prefill, memory_fraction=spec.memory_fraction,
+                                     micro_batches=dep.layout.pp)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)

@@ -167,7 +167,7 @@ def load_rows(entry_key: dict) -> dict[tuple, list[float]]:
     none where there is no such entry or it cannot be read (debug note)."""
     from perfcast.serving import step_rows
 
-    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    key = _rows_key(entry_key)
     path = _path(key)
     try:
         return step_rows.decode(read_entry(path, MAGIC, FORMAT, key, "rows"))
@@ -182,11 +182,16 @@ def store_rows(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
     """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
     from perfcast.serving import step_rows
 
-    key = {**entry_key, "kind": entry_key["kind"] + ".rows"}
+    key = _rows_key(entry_key)
     try:
         write_entry(_path(key), {"magic": MAGIC, "format": FORMAT, "key": key, "rows": step_rows.encode(rows)})
     except (ValueError, OSError) as e:
         log.debug("step cache: %s: not written (%s)", _path(key), e)
+
+
+def _rows_key(entry_key: dict) -> dict:
+    """The key of the rows entry kept beside the step model's entry ``entry_key``."""
+    return {**entry_key, "kind": entry_key["kind"] + ".rows"}
 
 
 def source_of(fn) -> str:
