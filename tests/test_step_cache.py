@@ -77,7 +77,7 @@ def test_another_deployment_or_size_is_another_entry(cached):
                               proto, MAX),
             step_cache.key_of("memory", DEP, proto, MAX)]
     assert len({json.dumps(k, sort_keys=True) for k in keys}) == 4
-    assert len({step_cache._path(k) for k in keys}) == 4
+    assert len({step_cache.entry_path(k) for k in keys}) == 4
 
 
 def _short(table: str) -> str:

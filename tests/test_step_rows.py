@@ -46,15 +46,15 @@ def _rows_entries(xdg):
 def test_kept_rows_price_exactly_as_computed_ones(xdg):
     first = StepModel(DEP, max_tokens=MAX)
     want = _prices(first, 1)
-    assert first._rows.new and not _rows_entries(xdg)
+    assert first.rows.new and not _rows_entries(xdg)
     step_rows.flush()
     (entry,) = _rows_entries(xdg)
     again = StepModel(DEP, max_tokens=MAX)
     assert _prices(again, 1) == want
-    assert not again._rows.new and again._rows.used == set(first._rows.kept)   # every row read, none computed
+    assert not again.rows.new and again.rows.used == set(first.rows.kept)   # every row read, none computed
     # another process's mixes: the kept rows it can take, the others computed, the same prices
     fresh, other = StepModel(DEP, max_tokens=MAX), _prices(StepModel(DEP, max_tokens=MAX), 2)
-    fresh._rows._kept = {}
+    fresh.rows._kept = {}
     assert _prices(fresh, 2) == other
     assert entry.exists()
 
@@ -86,12 +86,12 @@ def test_rows_computed_in_forked_workers_are_kept_by_the_parent(xdg):
     step_mod._COMPILED.pop(DEP, None)
     parent = step_mod.compile_step(DEP, max_tokens=MAX)   # the workers inherit it, no rows grown yet
     got = dict(forked_map(_worker_prices, [4, 5], jobs=2, fresh=True, rows=True))   # a process each
-    assert not parent._rows.live                          # grown in the workers only
+    assert not parent.rows.live                          # grown in the workers only
     assert _rows_entries(xdg)
     for i, seed in enumerate((4, 5)):   # a process pricing as a worker did reads every row, computes none
         again = StepModel(DEP, max_tokens=MAX)
         assert _prices(again, seed) == got[i]
-        assert not again._rows.new and again._rows.used
+        assert not again.rows.new and again.rows.used
     step_mod._COMPILED.pop(DEP, None)
 
 
@@ -112,5 +112,5 @@ def test_a_damaged_rows_entry_is_read_as_none(xdg, edit):
     edit(doc["rows"])
     write_entry(entry, doc)
     again = StepModel(DEP, max_tokens=MAX)
-    assert again._rows.kept == {}
+    assert again.rows.kept == {}
     assert _prices(again, 3) == want

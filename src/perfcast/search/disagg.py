@@ -11,7 +11,7 @@ from itertools import product
 
 from perfcast.capture.parallel import Layout
 from perfcast.ir import UserError
-from perfcast.search.optimize import (REASONS, Point, SearchSpec, _chunked, _deployment, _settings, _slo_miss,
+from perfcast.search.optimize import (REASONS, Point, SearchSpec, _chunked, _settings, _slo_miss, deployment_for,
                                       meets, priced, short_of_kv)
 from perfcast.search.space import Candidate
 from perfcast.serving.serve import Disagg, ServeSpec
@@ -46,7 +46,7 @@ def _usable(spec: SearchSpec, device: str, quantize: str | None, lay: Layout) ->
     if lay.pp > 1:
         return "not_modelled"
     try:
-        _deployment(spec, device, quantize, lay).request(decode=True, batch=2, length=2).validate()
+        deployment_for(spec, device, quantize, lay).request(decode=True, batch=2, length=2).validate()
     except UserError:
         return "invalid_layout"
     return None
@@ -79,7 +79,7 @@ def screen(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layou
             splits = _splits(spec.total_devices, pl.num_devices, dl.num_devices)
             if not splits:
                 continue   # the pair does not fill the budget: not a candidate
-            dec, pre = _deployment(spec, device, quantize, dl), _deployment(spec, device, quantize, pl)
+            dec, pre = deployment_for(spec, device, quantize, dl), deployment_for(spec, device, quantize, pl)
             probe = disagg_spec(spec, dec, pre, nominal, 1.0, "closed-form")
             pools, refused = priced(nominal, lambda: pools_of(probe))
             kv = pools.decode[4] if pools else None

@@ -188,7 +188,7 @@ def meets(slo: SLO, fig: dict | None) -> bool:
                                                (slo.e2e_s, fig["e2e_s"])))
 
 
-def _deployment(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> Deployment:
+def deployment_for(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) -> Deployment:
     """``device`` may be a what-if variant (:func:`perfcast.search.space.variant`)."""
     name, what_if = parse_variant(device)
     return Deployment(spec.model, name, spec.engine, layout, spec.dtype, quantize, spec.kv_dtype,
@@ -219,7 +219,7 @@ def _agg(spec: SearchSpec, device: str, quantize: str | None, layout: Layout) ->
     cands = [Candidate("agg", device, quantize, layout, b, spec.total_devices // layout.num_devices, max_num_tokens=t)
              for b in sorted(set(spec.batches), reverse=True)   # the largest first: one compile serves all
              for t in spec.budgets]
-    dep = _deployment(spec, device, quantize, layout)
+    dep = deployment_for(spec, device, quantize, layout)
     try:
         dep.request(decode=True, batch=2, length=2).validate()
     except UserError as e:
@@ -276,13 +276,13 @@ def _slo_miss(slo: SLO, fig: dict | None) -> str:
 
 def _confirm(spec: SearchSpec, p: Point) -> None:
     c = p.candidate
-    dep = _deployment(spec, c.device, c.quantize, c.layout)
+    dep = deployment_for(spec, c.device, c.quantize, c.layout)
     if c.mode == "agg":
         rep = serve(_serve_spec(spec, dep, c, "simulation"))
     else:
         from perfcast.search.disagg import disagg_spec
 
-        rep = serve(disagg_spec(spec, dep, _deployment(spec, c.device, c.quantize, c.prefill_layout), c,
+        rep = serve(disagg_spec(spec, dep, deployment_for(spec, c.device, c.quantize, c.prefill_layout), c,
                                 p.closed_form.requests_per_s, "simulation"))
     p.simulation = rep.results["simulation"]
 

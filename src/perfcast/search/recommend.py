@@ -29,7 +29,7 @@ from pathlib import Path
 from scipy.optimize import brentq
 
 from perfcast.ir import UserError
-from perfcast.search.optimize import Point, SearchSpec, _agg, _deployment, meets
+from perfcast.search.optimize import Point, SearchSpec, _agg, deployment_for, meets
 from perfcast.search.space import layouts
 from perfcast.serving.serve import ServeSpec, serve
 from perfcast.serving.types import SLO, ServingResult
@@ -121,7 +121,7 @@ class Recommendation:
 def _rate_capacity(spec: SearchSpec, p: Point) -> float:
     """One instance's highest rate meeting the SLOs in closed form (0: none)."""
     c = p.candidate
-    dep = _deployment(spec, c.device, c.quantize, c.layout)
+    dep = deployment_for(spec, c.device, c.quantize, c.layout)
 
     def at(rate: float) -> ServingResult:
         w = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=1000, rate=rate)
@@ -227,7 +227,7 @@ def _simulate(spec: SearchSpec, target: Target, o: Option) -> ServingResult:
     fold = not lay.attention_dp
     layout = replace(lay, dp=lay.dp * o.instances) if fold else lay
     share = 1 if fold else o.instances
-    dep = _deployment(spec, c.device, c.quantize, layout)
+    dep = deployment_for(spec, c.device, c.quantize, layout)
     if target.rate is not None:
         n = max(400, 4 * c.batch * layout.dp)
         w = Workload(Lengths("fixed", spec.isl), Lengths("fixed", spec.osl), num_requests=n,

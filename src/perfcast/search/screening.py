@@ -71,9 +71,10 @@ def _two_cores(jobs: int | None) -> bool:
 def _warm(spec, groups: list[tuple]) -> bool:
     """Whether this process holds a step model of the search's aggregated layouts already (it ran
     the search before): then the screening only prices, and one process does it sooner than two."""
-    from perfcast.search.optimize import _deployment
+    from perfcast.search.optimize import deployment_for
 
-    return any(_deployment(spec, g[1], g[2], g[3]) in step_mod._COMPILED for g in groups if g[0] == "agg")
+    have = step_mod.compiled_models()
+    return any(deployment_for(spec, g[1], g[2], g[3]) in have for g in groups if g[0] == "agg")
 
 
 def _outcomes(spec, items: list[tuple], run_group) -> list[tuple[int, object]]:
@@ -93,10 +94,11 @@ def _screened(spec, items: list[tuple], run_group):
     it, and the rows it computed (:func:`perfcast.serving.step_rows.harvest`)."""
     from perfcast.serving import step_rows
 
-    before = {dep: (m, [s._rows.grown for s in _stages(m)]) for dep, m in step_mod._COMPILED.items()}
+    have = step_mod.compiled_models()
+    before = {dep: (m, [s.rows.grown for s in m.distinct]) for dep, m in have.items()}
     out = _outcomes(spec, items, run_group)
-    compiled = [(dep, m.max_tokens, [s._rows.live for s in _stages(m)]) for dep, m in step_mod._COMPILED.items()
-                if before.get(dep) != (m, [s._rows.grown for s in _stages(m)])]   # compiled or grown here
+    compiled = [(dep, m.max_tokens, [s.rows.live for s in m.distinct]) for dep, m in have.items()
+                if before.get(dep) != (m, [s.rows.grown for s in m.distinct])]   # compiled or grown here
     return out, compiled, step_rows.harvest()
 
 
@@ -107,10 +109,6 @@ def _take(compiled: list, harvested: dict) -> None:
 
     for dep, max_tokens, lives in compiled:
         model = step_mod.compile_step(dep, max_tokens=max_tokens)
-        for stage, live in zip(_stages(model), lives, strict=True):
-            stage._rows.live = live
+        for stage, live in zip(model.distinct, lives, strict=True):
+            stage.rows.live = live
     step_rows.adopt(harvested)
-
-
-def _stages(model) -> list:
-    return list(getattr(model, "_distinct", [model]))

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 import sympy
@@ -133,7 +134,8 @@ class StepModel:
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
         self._host_decode, self._host_prefill = self._host_table(self._decode), self._host_table(self._prefill)
-        self._rows = Rows(key)   # the attention rows: decode (0, batch, part), prefill (1, batch, new, part)
+        self.rows = Rows(key)   # the attention rows: decode (0, batch, part), prefill (1, batch, new, part)
+        self.distinct = [self]  # the step models pricing its steps (a pipeline's: its distinct stages)
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing"
                        + ("" if stage is None else f", pipeline stage {stage}"))
@@ -156,8 +158,7 @@ class StepModel:
     def _compile(self, decode: bool, pm, unpriced: Counter) -> dict[tuple, tuple[_Part, list[int]]]:
         """Per size decision of the engine: the lowering's parts and the token counts it serves."""
         dep, proto = self.deployment, self.proto
-        model = proto.model
-        layout = dep.layout
+        model, layout = proto.model, dep.layout
         rank = replace(model, data=par.rank_config(model.data, layout)) if not layout.trivial else model
         cap, _ = cache.symbolic_capture(rank, dtype=dep.dtype, decode=decode, context=True, reroll=True)
         cap = par.parallelize(cap, layout, model.data, self.profile.exchange(proto.device.name))
@@ -193,9 +194,8 @@ class StepModel:
 
     @staticmethod
     def _parts(r, pm, decode: bool) -> _Part:
-        B, S, C = sympy.Symbol("B"), sympy.Symbol("S"), sympy.Symbol("C")
         by = {s.name: s for s in r.free_symbols}
-        B, S, C = by.get("B", B), by.get("S", S), by.get("C", C)
+        B, S, C = (by.get(n, sympy.Symbol(n)) for n in "BSC")
         dense, attention, head = [], [], []
         for leaf in r.leaves:
             t = leaf.time_s + leaf.trips * leaf.launch_s
@@ -242,7 +242,7 @@ class StepModel:
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
         ix = self._part_ix[True][tokens]
         part = self._arrays[3][ix]
-        return self._rows.at((0, batch, ix), lambda c: part.attention(float(batch), c), context)
+        return self.rows.at((0, batch, ix), lambda c: part.attention(float(batch), c), context)
 
     def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
         """``batch`` sequences of ``new`` tokens after ``past`` cached ones each. Chunks of more
@@ -258,7 +258,7 @@ class StepModel:
 
     def _prefill_row(self, ix: int, batch: int, new: int, past: float) -> float:
         part = self._arrays[3][ix]
-        return self._rows.at((1, batch, new, ix), lambda c: part.attention(float(batch), float(new), c), past)
+        return self.rows.at((1, batch, new, ix), lambda c: part.attention(float(batch), float(new), c), past)
 
     # Pricing ------------------------------------------------------------------------------
     def step_s(self, mix: Mix) -> float:
@@ -300,7 +300,7 @@ class StepModel:
         if decodes == 0 or decodes > self.max_tokens:
             return None
         self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
-        return (self._dense_decode[decodes], self._rows.live[(0, decodes, self._part_ix[True][decodes])],
+        return (self._dense_decode[decodes], self.rows.live[(0, decodes, self._part_ix[True][decodes])],
                 self._host_decode[decodes])
 
     @cached_property
@@ -390,6 +390,11 @@ def compile_step(deployment: Deployment, *, max_tokens: int = 16384):
         _COMPILED[deployment] = (PipelineStepModel if deployment.layout.pp > 1 else StepModel)(deployment,
                                                                                               max_tokens=max_tokens)
     return _COMPILED[deployment]
+
+
+def compiled_models() -> MappingProxyType:
+    """This process's step models by deployment (:func:`compile_step`'s memo), read-only."""
+    return MappingProxyType(_COMPILED)
 
 
 _COMPILED: dict = {}

@@ -136,7 +136,7 @@ def key_of(kind: str, deployment, proto, max_tokens: int) -> dict:
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
-def _path(key: dict) -> Path:
+def entry_path(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     return cache_dir() / f"{key['kind']}-{key['deployment']['model'][:48]}-{digest}{SUFFIX}"
 
@@ -145,7 +145,7 @@ def remembered(key: dict, build, encode, decode):
     """``decode`` of the entry for ``key``, else ``build()`` (kept with ``encode``). A decode
     that fails on the entry's content (:class:`Unreadable`, a missing field, a wrong type) is a
     miss; an unwritable cache only costs speed."""
-    path = _path(key)
+    path = entry_path(key)
     try:
         return decode(read_entry(path, MAGIC, FORMAT, key, key["kind"]))
     except FileNotFoundError:
@@ -160,38 +160,6 @@ def remembered(key: dict, build, encode, decode):
     except OSError as e:
         log.debug("step cache: %s: not written (%s)", path, e.strerror or e)
     return value
-
-
-def load_rows(entry_key: dict) -> dict[tuple, list[float]]:
-    """The attention rows kept for the step model of ``entry_key`` (:mod:`perfcast.serving.step_rows`);
-    none where there is no such entry or it cannot be read (debug note)."""
-    from perfcast.serving import step_rows
-
-    key = _rows_key(entry_key)
-    path = _path(key)
-    try:
-        return step_rows.decode(read_entry(path, MAGIC, FORMAT, key, "rows"))
-    except FileNotFoundError:
-        pass
-    except (Unreadable, KeyError, TypeError, ValueError) as e:
-        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
-    return {}
-
-
-def store_rows(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
-    """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
-    from perfcast.serving import step_rows
-
-    key = _rows_key(entry_key)
-    try:
-        write_entry(_path(key), {"magic": MAGIC, "format": FORMAT, "key": key, "rows": step_rows.encode(rows)})
-    except (ValueError, OSError) as e:
-        log.debug("step cache: %s: not written (%s)", _path(key), e)
-
-
-def _rows_key(entry_key: dict) -> dict:
-    """The key of the rows entry kept beside the step model's entry ``entry_key``."""
-    return {**entry_key, "kind": entry_key["kind"] + ".rows"}
 
 
 def source_of(fn) -> str:
@@ -263,8 +231,8 @@ def encode(compiled: tuple, pm) -> dict:
                 for key, (part, tokens) in parts.items()]
 
     calibration = getattr(pm, "calibration", None)
-    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": _packed(dense_decode),
-            "dense_prefill": _packed(dense_prefill), "head": _packed(head),
+    return {"decode": groups(decode), "prefill": groups(prefill), "dense_decode": packed(dense_decode),
+            "dense_prefill": packed(dense_prefill), "head": packed(head),
             "fits": calibration.used() if calibration else [],
             "unpriced": [[op, shapes, n] for (op, shapes), n in unpriced.items()]}
 
@@ -292,18 +260,18 @@ def decode(doc: dict, pm, max_tokens: int, part) -> tuple:
             out[_tupled(g["key"])] = (part(fn["dense"], fn["attention"], fn.get("head"), float(g["host"])), tokens)
         return out
 
-    tables = [_unpacked(doc[k], max_tokens + 1) for k in ("dense_decode", "dense_prefill", "head")]
+    tables = [unpacked(doc[k], max_tokens + 1) for k in ("dense_decode", "dense_prefill", "head")]
     return (parts(doc["decode"], True), parts(doc["prefill"], False), *tables,
             Counter({(str(op), str(shapes)): int(n) for op, shapes, n in doc["unpriced"]}))
 
 
-def _packed(table) -> str:
+def packed(table) -> str:
     """A table of floats as the base64 of its little-endian IEEE doubles."""
     return base64.b64encode(np.asarray(table, dtype="<f8").tobytes()).decode("ascii")
 
 
-def _unpacked(text: str, n: int) -> list[float]:
-    """The inverse of :func:`_packed`, refused unless it holds exactly ``n`` floats."""
+def unpacked(text: str, n: int) -> list[float]:
+    """The inverse of :func:`packed`, refused unless it holds exactly ``n`` floats."""
     if type(text) is not str:
         raise Unreadable("a table that is not base64 text")
     try:

@@ -108,8 +108,8 @@ class PipelineStepModel:
             if sig not in compiled:
                 compiled[sig] = StepModel(deployment, max_tokens=max_tokens, stage=s)
             self.stages.append(compiled[sig])
-        self._distinct = list(compiled.values())
-        self.unpriced = sum((m.unpriced for m in self._distinct), Counter())
+        self.distinct = list(compiled.values())
+        self.unpriced = sum((m.unpriced for m in self.distinct), Counter())
         self.source = (f"{self.stages[0].profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing: {p} pipeline "
                        f"stages with {p} micro-batches in flight, a step one cycle of the busiest stage")
@@ -123,12 +123,12 @@ class PipelineStepModel:
         if decodes == 0:
             return self.step_s(Mix(decodes, context))
         shares = list(_decode_shares(decodes, context, self.pp))
-        return _cycle({id(s): [s.decode_s(di, ci) if di else 0.0 for di, ci in shares] for s in self._distinct},
+        return _cycle({id(s): [s.decode_s(di, ci) if di else 0.0 for di, ci in shares] for s in self.distinct},
                       self.stages)
 
     def host_floor_s(self, decode: bool, tokens: int) -> float:
         """The host's issue time of one micro-batch's launches of ``tokens`` on the slowest stage."""
-        return max(stage.host_floor_s(decode, tokens) for stage in self._distinct)
+        return max(stage.host_floor_s(decode, tokens) for stage in self.distinct)
 
     def step_s_array(self, decodes, decode_context, chunk_tokens, chunk_past, chunks, draft: int = 0) -> np.ndarray:
         """:meth:`step_s` elementwise (:class:`~perfcast.serving.types.StepCostArray`), the same split."""
@@ -136,11 +136,11 @@ class PipelineStepModel:
             *(np.asarray(v) for v in (decodes, decode_context, chunk_tokens, chunk_past, chunks))))
         p = self.pp
         extra = d % p
-        rows: dict[int, list] = {id(s): [] for s in self._distinct}
+        rows: dict[int, list] = {id(s): [] for s in self.distinct}
         for i, (di, ci) in enumerate(_decode_shares(d, ctx, p)):
             r = (i - extra) % p                                   # the chunks dealt to micro-batch i
             ni = np.where(r < c, (c - r + p - 1) // p, 0)
-            for s in self._distinct:
+            for s in self.distinct:
                 rows[id(s)].append(s.step_s_array(di, ci, t, past, ni, draft))
         return _cycle(rows, self.stages, np.maximum)
 

@@ -19,11 +19,16 @@ that, only the rows the writing process read or computed are kept.
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 
 import numpy as np
 
+from perfcast.capture.cache import Unreadable, read_entry, write_entry
+from perfcast.serving import step_cache
 from perfcast.serving.step_grid import GRID, on_row
+
+log = logging.getLogger(__name__)
 
 #: The most row values one entry keeps (8 bytes each, before compression).
 MAX_FLOATS = 2_000_000
@@ -51,9 +56,7 @@ class Rows:
     @property
     def kept(self) -> dict[tuple, list[float]]:
         if self._kept is None:
-            from perfcast.serving import step_cache
-
-            self._kept = step_cache.load_rows(self.entry_key) if self.entry_key is not None else {}
+            self._kept = load(self.entry_key) if self.entry_key is not None else {}
         return self._kept
 
     def at(self, key: tuple, fn, context: float) -> float:
@@ -100,38 +103,61 @@ def adopt(harvested: dict[str, tuple[dict, dict]]) -> None:
 def flush() -> None:
     """Write every entry that gained rows: the kept ones and the new (only the ones this process
     read or computed, past :data:`MAX_FLOATS`)."""
-    from perfcast.serving import step_cache
-
     for rows in [*_LIVE.values(), *_ADOPTED.values()]:
         if not rows.new:
             continue
         merged = {**rows.kept, **rows.new}
         if sum(k[-1] for k in merged) > MAX_FLOATS:
             merged = {**{k: rows.kept[k] for k in rows.used}, **rows.new}
-        step_cache.store_rows(rows.entry_key, merged)
+        store(rows.entry_key, merged)
         rows.kept.update(rows.new)
         rows.new = {}
     _ADOPTED.clear()
 
 
+def load(entry_key: dict) -> dict[tuple, list[float]]:
+    """The rows kept for the step model of ``entry_key``; none where there is no such entry or it
+    cannot be read (debug note)."""
+    key = _rows_key(entry_key)
+    path = step_cache.entry_path(key)
+    try:
+        return decode(read_entry(path, step_cache.MAGIC, step_cache.FORMAT, key, "rows"))
+    except FileNotFoundError:
+        pass
+    except (Unreadable, KeyError, TypeError, ValueError) as e:
+        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
+    return {}
+
+
+def store(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
+    """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
+    key = _rows_key(entry_key)
+    path = step_cache.entry_path(key)
+    try:
+        write_entry(path, {"magic": step_cache.MAGIC, "format": step_cache.FORMAT, "key": key, "rows": encode(rows)})
+    except (ValueError, OSError) as e:
+        log.debug("step cache: %s: not written (%s)", path, e)
+
+
+def _rows_key(entry_key: dict) -> dict:
+    """The key of the rows entry kept beside the step model's entry ``entry_key``."""
+    return {**entry_key, "kind": entry_key["kind"] + ".rows"}
+
+
 def encode(rows: dict[tuple, list[float]]) -> dict:
     """``{"keys": [[*key, n], …], "data": <base64 doubles, the rows one after another>}``."""
-    from perfcast.serving.step_cache import _packed
-
     keys = list(rows)
-    return {"keys": [list(k) for k in keys], "data": _packed([x for k in keys for x in rows[k]])}
+    return {"keys": [list(k) for k in keys], "data": step_cache.packed([x for k in keys for x in rows[k]])}
 
 
 def decode(doc: dict) -> dict[tuple, list[float]]:
     """The inverse of :func:`encode`; :class:`~perfcast.capture.cache.Unreadable` unless every key
     is integers ending in a positive length and the lengths add up to the data."""
-    from perfcast.serving.step_cache import Unreadable, _unpacked
-
     keys = doc["keys"]
     if type(keys) is not list or not all(type(k) is list and len(k) in (4, 5) and all(type(x) is int for x in k)
                                          and k[-1] > 0 for k in keys):
         raise Unreadable("row keys that are not lists of integers ending in a length")
-    values = _unpacked(doc["data"], sum(k[-1] for k in keys))
+    values = step_cache.unpacked(doc["data"], sum(k[-1] for k in keys))
     out, at = {}, 0
     for k in keys:
         out[tuple(k)] = values[at:at + k[-1]]
