@@ -31,6 +31,7 @@ Targets (issue: kernel calibration that holds out of sample): GEMM median ≤ 8 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -101,12 +102,22 @@ def rows_for(device_name: str, framework: str, only: set[str] | None):
     return out
 
 
+@functools.cache
+def _fitted(device_name: str, framework: str, only: frozenset[str] | None) -> tuple[list, dict]:
+    """The measured (class, format) samples of a device's tables in the op families ``only`` (all
+    where None) that have a fit of their own, and each one's fit on all its rows — computed once per
+    process: the transfer and cross-format checks of a device share them."""
+    device = get_device(device_name)
+    picked = [s for s in samples(find_database(device_name, framework=framework))
+              if (not only or FAMILY[s.cls.name] in only) and peaks(device, s.cls, s.variant)
+              and (s.cls.name, s.variant) not in DERIVED]
+    return picked, {(s.cls.name, s.variant): fit_sample(s, device) for s in picked}
+
+
 def transfer(src: str, dst: str, framework: str, only: set[str] | None):
     """Fits on ``src``'s tables predicting ``dst``'s measurements of the same class and variant."""
     s_dev, d_dev = get_device(src), get_device(dst)
-    fits = {(s.cls.name, s.variant): fit_sample(s, s_dev) for s in samples(find_database(src, framework=framework))
-            if (not only or FAMILY[s.cls.name] in only) and peaks(s_dev, s.cls, s.variant)
-            and (s.cls.name, s.variant) not in DERIVED}
+    _, fits = _fitted(src, framework, frozenset(only) if only else None)
     out = []
     for s in samples(find_database(dst, framework=framework)):
         fit = fits.get((s.cls.name, s.variant))
@@ -124,10 +135,7 @@ def cross_format(device_name: str, framework: str, only: set[str] | None):
     (perfcast.perf.calibrated.Calibration.lookup) — so that which fit borrows best (the same
     kernel in another format, or another kernel in the same format) is measured, not assumed."""
     device = get_device(device_name)
-    picked = [s for s in samples(find_database(device_name, framework=framework))
-              if (not only or FAMILY[s.cls.name] in only) and peaks(device, s.cls, s.variant)
-              and (s.cls.name, s.variant) not in DERIVED]
-    fits = {(s.cls.name, s.variant): fit_sample(s, device) for s in picked}
+    picked, fits = _fitted(device_name, framework, frozenset(only) if only else None)
     out = []
     for s in picked:
         for (cls, variant), fit in fits.items():

@@ -281,16 +281,21 @@ def test_disaggregated_runs_take_their_srt_slurm_recipe_not_the_single_node_scri
 # -- the search ---------------------------------------------------------------------------------
 
 def test_optimize_applies_the_option_to_every_candidate_and_writes_it_out(tmp_path):
+    # instances of 2 devices: four layouts (tensor, expert and attention-data parallel), each compiled in seconds
     rc, out, err = run_cli("optimize", "qwen3-30b-a3b", "--devices", "b200-sxm", "--total-devices", "8", "--isl", "1024",
                            "--osl", "64", "--quantize", "fp4", "--engine-option", "moe_backend=trtllm", "--batch-sizes",
-                           "8", "--instance-sizes", "8", "--save-dir", str(tmp_path), "--json", timeout_s=600)
+                           "8", "--instance-sizes", "2", "--save-dir", str(tmp_path), "--json", timeout_s=600)
     assert rc == 0, err
     doc = json.loads(out)  # the value as the engine names it, whatever its case on the command line
     assert doc["engine_options"] == {"moe_backend": "TRTLLM"} and doc["best"] is not None
-    first = sorted((tmp_path / "launch").iterdir())[0]
-    assert yaml.safe_load((first / "deployment.yaml").read_text())["engine_options"] == {"moe_backend": "TRTLLM"}
-    extra = yaml.safe_load((first / "extra-llm-api-config-serve.yml").read_text())
-    assert extra["moe_config"] == {"backend": "TRTLLM"}
+    launches = sorted((tmp_path / "launch").iterdir())
+    assert len(launches) > 1
+    for launch in launches:
+        assert yaml.safe_load((launch / "deployment.yaml").read_text())["engine_options"] == {"moe_backend": "TRTLLM"}
+        extra = yaml.safe_load((launch / "extra-llm-api-config-serve.yml").read_text())
+        assert extra["moe_config"] == {"backend": "TRTLLM"}
+    # one without attention DP: serve runs several instances of such a layout as replicas
+    first = next(x for x in launches if not yaml.safe_load((x / "deployment.yaml").read_text())["layout"]["attention_dp"])
     rc, out, err = run_cli("serve", "--deployment", str(first / "deployment.yaml"), "--tier", "closed-form", "--json")
     assert rc == 0, err
 
