@@ -134,7 +134,7 @@ def test_inferencex_sglang_b200_rows_take_their_scripts_interval():
     assert recipe_of(r1, sgl, "b200_sxm", "fp8", 8192, 1024, 4, concurrency=64).recv_interval == 10   # TP 4
     assert recipe_of("Qwen/Qwen3.5-397B-A17B", sgl, "b200_sxm", "bf16", 1024, 1024, 8, concurrency=4).recv_interval \
         == 10
-    assert recipe_of(r1, sgl, "h200_sxm", "fp8", 1024, 1024, 8, concurrency=64) is None   # its script sets none
+    assert recipe_of(r1, sgl, "h200_sxm", "fp8", 1024, 1024, 8, concurrency=64).recv_interval is None   # sets none
     row = dict(model_path=r1, backend="sglang", system="b200_sxm", precision="fp8", gemm_quant_mode="fp8_block",
                moe_quant_mode="fp8_block", tp_size="8", moe_tp_size="8", batch_size="32", concurrency="32")
     c = _case(**row)
@@ -150,3 +150,20 @@ def test_the_replay_serves_with_the_scripts_interval(monkeypatch):
                             precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8",
                             moe_tp_size="8", batch_size="8", concurrency="8"))
     assert seen[0].recv_interval == 10
+
+
+def test_inferencex_sglang_h200_rows_take_their_scripts_settings():
+    """qwen3.5_fp8_h200.sh, glm5_fp8_h200.sh and dsr1_fp8_h200.sh (InferenceX, to 626932a11): what a
+    recipe can state of them, and the note a row's case carries."""
+    sgl = "sglang"
+    q = recipe_of("Qwen/Qwen3.5-397B-A17B", sgl, "h200_sxm", "fp8", 1024, 1024, 8, concurrency=16, moe_tp=1)
+    assert (q.kv_cache_dtype, q.max_num_tokens, q.memory_fraction, q.cuda_graph_max, q.recv_interval) == \
+        ("fp8", 16384, 0.8, 16, None)
+    g = recipe_of("zhipuai/GLM-5", sgl, "h200_sxm", "fp8", 1024, 1024, 8, concurrency=4)
+    assert (g.kv_cache_dtype, g.max_num_tokens, g.memory_fraction, g.cuda_graph_max) == (None, None, 0.85, None)
+    for r1 in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):   # the dump's name for the R1 runs
+        d = recipe_of(r1, sgl, "h200_sxm", "fp8", 8192, 1024, 8, concurrency=8)
+        assert (d.kv_cache_dtype, d.max_num_tokens, d.memory_fraction) == (None, None, 0.82)
+        assert "--max-prefill-tokens 32768 not transcribed" in " ".join(d.source.split())
+    assert recipe_of("Qwen/Qwen3.5-397B-A17B", sgl, "h200_sxm", "bf16", 1024, 1024, 8) is None   # no such script
+
