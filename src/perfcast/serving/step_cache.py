@@ -145,21 +145,36 @@ def remembered(key: dict, build, encode, decode):
     """``decode`` of the entry for ``key``, else ``build()`` (kept with ``encode``). A decode
     that fails on the entry's content (:class:`Unreadable`, a missing field, a wrong type) is a
     miss; an unwritable cache only costs speed."""
+    value = read(key, key["kind"], decode)
+    if value is None:
+        value = build()
+        write(key, key["kind"], value, encode)
+    return value
+
+
+def read(key: dict, field: str, decode):
+    """``decode`` of the ``field`` of the entry for ``key``; None where there is no such entry or
+    it cannot be read (debug note)."""
     path = entry_path(key)
     try:
-        return decode(read_entry(path, MAGIC, FORMAT, key, key["kind"]))
+        return decode(read_entry(path, MAGIC, FORMAT, key, field))
     except FileNotFoundError:
         pass
     except (Unreadable, KeyError, TypeError, ValueError, IndexError) as e:
-        log.debug("step cache: %s: not used (%s: %s); compiling anew", path, type(e).__name__, e)
-    value = build()
+        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
+    return None
+
+
+def write(key: dict, field: str, value, encode) -> None:
+    """Keep ``encode(value)`` as the ``field`` of the entry for ``key`` (an unwritable cache, or a
+    value strict JSON cannot hold, only costs speed)."""
+    path = entry_path(key)
     try:
-        write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, key["kind"]: encode(value)})
+        write_entry(path, {"magic": MAGIC, "format": FORMAT, "key": key, field: encode(value)})
     except ValueError as e:  # a NaN in a table or key: strict JSON has no token for it
         log.debug("step cache: %s: not written (%s)", path, e)
     except OSError as e:
         log.debug("step cache: %s: not written (%s)", path, e.strerror or e)
-    return value
 
 
 def source_of(fn) -> str:

@@ -19,16 +19,13 @@ that, only the rows the writing process read or computed are kept.
 from __future__ import annotations
 
 import json
-import logging
 import weakref
 
 import numpy as np
 
-from perfcast.capture.cache import Unreadable, read_entry, write_entry
+from perfcast.capture.cache import Unreadable
 from perfcast.serving import step_cache
 from perfcast.serving.step_grid import GRID, on_row
-
-log = logging.getLogger(__name__)
 
 #: The most row values one entry keeps (8 bytes each, before compression).
 MAX_FLOATS = 2_000_000
@@ -118,25 +115,13 @@ def flush() -> None:
 def load(entry_key: dict) -> dict[tuple, list[float]]:
     """The rows kept for the step model of ``entry_key``; none where there is no such entry or it
     cannot be read (debug note)."""
-    key = _rows_key(entry_key)
-    path = step_cache.entry_path(key)
-    try:
-        return decode(read_entry(path, step_cache.MAGIC, step_cache.FORMAT, key, "rows"))
-    except FileNotFoundError:
-        pass
-    except (Unreadable, KeyError, TypeError, ValueError) as e:
-        log.debug("step cache: %s: not used (%s: %s)", path, type(e).__name__, e)
-    return {}
+    rows = step_cache.read(_rows_key(entry_key), "rows", decode)
+    return {} if rows is None else rows
 
 
 def store(entry_key: dict, rows: dict[tuple, list[float]]) -> None:
     """Keep ``rows`` for the step model of ``entry_key`` (an unwritable cache only costs speed)."""
-    key = _rows_key(entry_key)
-    path = step_cache.entry_path(key)
-    try:
-        write_entry(path, {"magic": step_cache.MAGIC, "format": step_cache.FORMAT, "key": key, "rows": encode(rows)})
-    except (ValueError, OSError) as e:
-        log.debug("step cache: %s: not written (%s)", path, e)
+    step_cache.write(_rows_key(entry_key), "rows", rows, encode)
 
 
 def _rows_key(entry_key: dict) -> dict:
