@@ -188,7 +188,7 @@ def test_a_figure_not_drawn_and_a_step_that_does_not_fit_are_said(pages):
     doc = json.loads(pages["text-generate"]["out"])
     doc["memory"] = {**doc["memory"], "fits": False, "free_bytes": 0, "shortfall_bytes": 2_500_000_000}
     p = Page(report_html.page("text-generate", doc))
-    assert p.text["alert"].startswith("DOES NOT FIT: short by 2.5 GB of 80 GB.")
+    assert p.text["alert"].startswith("DOES NOT FIT: short by 2.5 GB of 85.52 GB.")
     assert "DOES NOT FIT (short by 2.5 GB)" in p.text["headline-figures"]
 
 

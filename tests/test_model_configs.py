@@ -102,30 +102,31 @@ def test_a_preprocessor_config_is_read_strictly(tmp_path):
 
 def test_explain_says_when_the_weights_alone_do_not_fit():
     """Llama 3.1 405B on one H100: 405,853,388,800 parameters × 2 bytes (bf16) = 811,706,777,600
-    bytes against the 80 GB less the engine's 10 % reserve = 72,000,000,000: short by
-    739,706,777,600 bytes whatever B and S are."""
+    bytes against the 85,520,809,984 bytes an H100 reports (81,559 MiB) less the engine's 10 %
+    reserve (8,552,080,998) = 76,968,728,986: short by 734,738,048,614 bytes whatever B and S are."""
     from fuzzing import run_cli
 
     rc, out, err = run_cli("explain", "llama-3.1-405b", "--device", "h100-sxm", "--json")
     doc = json.loads(out)
     assert rc == 0 and doc["deployable"] is False
-    assert doc["memory"] == {"capacity_bytes": 80_000_000_000, "weights_bytes": 811_706_777_600,
-                             "reserved_bytes": 8_000_000_000, "free_bytes_before_kv_cache": 0, "fits": False,
-                             "shortfall_bytes": 739_706_777_600, "parameters": 405_853_388_800}
+    assert doc["memory"] == {"capacity_bytes": 85_520_809_984, "weights_bytes": 811_706_777_600,
+                             "reserved_bytes": 8_552_080_998, "free_bytes_before_kv_cache": 0, "fits": False,
+                             "shortfall_bytes": 734_738_048_614, "parameters": 405_853_388_800}
     assert doc["notes"][0].startswith("DOES NOT FIT: the weights alone need 811,706,777,600 bytes of the "
-                                      "72,000,000,000 the engine may use on h100-sxm")
+                                      "76,968,728,986 the engine may use on h100-sxm")
     rc, out, err = run_cli("explain", "llama-3.1-405b", "--device", "h100-sxm")
-    assert rc == 0 and "DOES NOT FIT: the weights alone need 811.7 GB of the 72 GB" in out
+    assert rc == 0 and "DOES NOT FIT: the weights alone need 811.7 GB of the 76.97 GB" in out
 
 
 def test_explain_shows_the_room_left_when_the_weights_fit():
-    """Llama 3.1 8B: 8,030,261,248 parameters × 2 bytes = 16,060,522,496 of 72 GB usable."""
+    """Llama 3.1 8B: 8,030,261,248 parameters × 2 bytes = 16,060,522,496 of the 76,968,728,986 bytes usable
+    (90 % of the 85,520,809,984 an H100 reports)."""
     from fuzzing import run_cli
 
     rc, out, err = run_cli("explain", "llama-3.1-8b", "--json")
     mem = json.loads(out)["memory"]
     assert rc == 0 and mem["fits"] and mem["weights_bytes"] == 2 * mem["parameters"] == 16_060_522_496
-    assert mem["free_bytes_before_kv_cache"] == 72_000_000_000 - 16_060_522_496
+    assert mem["free_bytes_before_kv_cache"] == 76_968_728_986 - 16_060_522_496
 
 
 def _refusal(tmp_path, model: str, change) -> str:

@@ -28,10 +28,11 @@ def test_exact_datasheet_figures():
     # GB200 NVL72: 360 PFLOPS sparse BF16 per 72 GPUs → 5 sparse, 2.5 dense per GPU; 576 TB/s / 72 = 8 TB/s
     assert gb200.matrix_flops_per_s("bf16") == sympy.Integer(2_500_000_000_000_000)
     assert gb200.hbm_bandwidth_bytes_per_s == sympy.Integer(8_000_000_000_000)
-    # HGX B300: 108 PFLOPS dense FP4 / 8 GPUs = 13.5; 62 TB/s / 8 = 7.75 TB/s; 288 GB per GPU
+    # HGX B300: 108 PFLOPS dense FP4 / 8 GPUs = 13.5; 62 TB/s / 8 = 7.75 TB/s; 288 GB per GPU, which
+    # nvidia-smi reports as 275,040 MiB (the total the engines size their KV cache from)
     assert b300.matrix_flops_per_s("fp4") == sympy.Integer(13_500_000_000_000_000)
     assert b300.hbm_bandwidth_bytes_per_s == sympy.Integer(7_750_000_000_000)
-    assert b300.hbm_capacity_bytes == sympy.Integer(288_000_000_000)
+    assert b300.hbm_capacity_bytes == sympy.Integer(275_040 * 2**20)
     # Blackwell Ultra cuts INT8: 307 TOPS sparse / 2 = 153.5 TOPS dense, far below B200's 4.5 POPS
     assert b300.matrix_flops_per_s("int8") == sympy.Integer(153_500_000_000_000)
     # GB300: 15 PFLOPS dense NVFP4 (Inside NVIDIA Blackwell Ultra)

@@ -154,7 +154,7 @@ def test_a_smaller_bomb_is_quoted_as_a_short_excerpt(tmp_path):
     error quotes an excerpt, not the 100,000-character expansion."""
     bomb = "x: &b0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
         f"x{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 10)}]\n" for i in range(1, 4))
-    text = bomb + _device_text(**{"hbm_capacity_bytes: 80.0e+9": "hbm_capacity_bytes: *b3"})
+    text = bomb + _device_text(**{"hbm_capacity_bytes: 85520809984": "hbm_capacity_bytes: *b3"})
     path = _write(tmp_path, text)
     err = _error("devices", "--device-file", str(path))
     assert f"{path}: 5 problems" in err and len(err) < 1000
@@ -162,7 +162,7 @@ def test_a_smaller_bomb_is_quoted_as_a_short_excerpt(tmp_path):
 
 
 def test_sexagesimal_is_not_a_number(tmp_path):
-    path = _write(tmp_path, _device_text(**{"hbm_capacity_bytes: 80.0e+9": "hbm_capacity_bytes: 1:30"}))
+    path = _write(tmp_path, _device_text(**{"hbm_capacity_bytes: 85520809984": "hbm_capacity_bytes: 1:30"}))
     assert _error("devices", "--device-file", str(path)) == (
         f"perfcast devices: error: {path}: key 'datasheet.hbm_capacity_bytes': input should be a valid number "
         f"(got '1:30')\n")
@@ -191,7 +191,7 @@ def test_duplicate_key_in_a_device_file(tmp_path):
     ("1e-320", "expected at least 1e-30, got 1e-320"),
 ])
 def test_non_finite_or_absurd_figures_are_refused(tmp_path, value, message):
-    path = _write(tmp_path, _device_text(**{"hbm_capacity_bytes: 80.0e+9": f"hbm_capacity_bytes: {value}"}))
+    path = _write(tmp_path, _device_text(**{"hbm_capacity_bytes: 85520809984": f"hbm_capacity_bytes: {value}"}))
     err = _error("devices", "--device-file", str(path), "--json")
     assert err == f"perfcast devices: error: {path}: key 'datasheet.hbm_capacity_bytes': {message}\n"
 
