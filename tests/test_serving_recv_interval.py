@@ -163,7 +163,7 @@ def test_inferencex_sglang_h200_rows_take_their_scripts_settings():
     assert (g.kv_cache_dtype, g.max_num_tokens, g.memory_fraction, g.cuda_graph_max) == (None, None, 0.85, None)
     for r1 in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):   # the dump's name for the R1 runs
         d = recipe_of(r1, sgl, "h200_sxm", "fp8", 8192, 1024, 8, concurrency=8)
-        assert (d.kv_cache_dtype, d.max_num_tokens, d.memory_fraction) == (None, None, 0.82)
-        assert "--max-prefill-tokens 32768 not transcribed" in " ".join(d.source.split())
+        assert (d.kv_cache_dtype, d.max_num_tokens, d.max_prefill_tokens, d.memory_fraction) == \
+            (None, 32768, 32768, 0.82)
     assert recipe_of("Qwen/Qwen3.5-397B-A17B", sgl, "h200_sxm", "bf16", 1024, 1024, 8) is None   # no such script
 

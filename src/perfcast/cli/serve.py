@@ -83,6 +83,9 @@ def add_parser(sub) -> None:
     s.add_argument("--scheduler-recv-interval", type=count(), metavar="N",
                    help="SGLang --scheduler-recv-interval: take in new requests once every N decode steps (and "
                         "after each prefill; default 1: every step)")
+    s.add_argument("--max-prefill-tokens", type=count(), metavar="T",
+                   help="SGLang --max-prefill-tokens: the most input tokens one prefill batch takes in (default "
+                        "16384, the engine's)")
     s.add_argument("--overlap-scheduling", action="store_true", default=None,
                    help="the loop runs a step ahead of the device, a request sent on a step's outputs taken in two "
                         "steps later (default for SGLang, TensorRT-LLM's PyTorch flow and vLLM ≥ 0.14)")
@@ -300,7 +303,8 @@ def run(args) -> int:
                      batch_wait=None if args.batch_wait_iters is None and args.batch_wait_max_tokens_ratio is None
                      else (args.batch_wait_iters or 0, args.batch_wait_max_tokens_ratio or 0.0),
                      memory_fraction=args.memory_fraction, recv_interval=args.scheduler_recv_interval,
-                     overlap=args.overlap_scheduling, adp_balance=_adp_balance(args.attention_dp_balance))
+                     overlap=args.overlap_scheduling, adp_balance=_adp_balance(args.attention_dp_balance),
+                     max_prefill_tokens=args.max_prefill_tokens)
     from perfcast.cli.progress import progress
 
     with progress(args, f"serving {args.model}: compiling the step model, simulating"):

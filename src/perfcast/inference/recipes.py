@@ -35,6 +35,7 @@ class Recipe:
     recv_interval: int | None = None
     cuda_graph_max: int | None = None   # the script's largest decode CUDA graph (its concurrency: every batch)
     adp_balance: tuple[int, int] | None = None  # TensorRT-LLM attention_dp_config (batching_wait_iters, timeout_iters)
+    max_prefill_tokens: int | None = None  # SGLang --max-prefill-tokens
 
 
 @lru_cache(maxsize=None)
@@ -132,6 +133,11 @@ def _entries() -> tuple[dict, ...]:
             checked_number(mnt, f"{where}: max_num_tokens", integer=True, positive=True)
         if e.get("memory_fraction") is not None:
             checked_number(e["memory_fraction"], f"{where}: memory_fraction", positive=True, maximum=1)
+        if e.get("max_prefill_tokens") is not None:
+            if e["backend"] != "sglang":
+                raise UserError(f"{where}: max_prefill_tokens: SGLang's --max-prefill-tokens; backend {e['backend']} "
+                                f"has none")
+            checked_number(e["max_prefill_tokens"], f"{where}: max_prefill_tokens", integer=True, positive=True)
         bw = e.get("batch_wait")
         if bw is not None:
             for key in ("isl", "osl", "tp_below", "timeout_iters"):
@@ -211,7 +217,8 @@ def recipe_of(model_path: str, backend: str, system: str, precision: str, isl: i
             return Recipe(e.get("kv_cache_dtype"), _budget(e.get("max_num_tokens"), concurrency, isl), wait,
                           e.get("memory_fraction"),
                           " ".join(e["source"].split()), options, recv, (concurrency or None) if graphs else None,
-                          None if ab is None else (int(ab["batching_wait_iters"]), int(ab["timeout_iters"])))
+                          None if ab is None else (int(ab["batching_wait_iters"]), int(ab["timeout_iters"])),
+                          e.get("max_prefill_tokens"))
     return None
 
 
@@ -236,8 +243,8 @@ def with_batch_limit(case: Case) -> Case:
 
 def with_recipe(case: Case, precision: str) -> Case:
     """``case`` with the engine settings its campaign's script launched it with, where the recipes
-    transcribe them: the KV-cache dtype (where the row states none), the step token budget, the
-    memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
+    transcribe them: the KV-cache dtype (where the row states none), the step token budget (and
+    SGLang's prefill-batch cap), the memory fraction and TensorRT-LLM's batch waiting, and a note naming the script."""
     r = recipe_of(case.model_path, case.backend, case.system, precision, case.isl, case.osl, case.layout.tp,
                   case.layout.attention_dp, case.concurrency or 0, case.layout.moe_tp)
     if r is None:
@@ -247,6 +254,8 @@ def with_recipe(case: Case, precision: str) -> Case:
             if r.batch_wait else "")
     frac = f", memory fraction {r.memory_fraction:g}" if r.memory_fraction else ""
     tokens = f"max num tokens {r.max_num_tokens}" if r.max_num_tokens else "max num tokens the engine's default"
+    if r.max_prefill_tokens:
+        tokens += f", max prefill tokens {r.max_prefill_tokens}"
     moe = "".join(f", {k} {v}" for k, v in r.engine_options)
     recv = f", scheduler recv interval {r.recv_interval}" if r.recv_interval else ""
     graphs = f", CUDA graphs up to {r.cuda_graph_max} sequences (the concurrency)" if r.cuda_graph_max else ""
@@ -256,4 +265,5 @@ def with_recipe(case: Case, precision: str) -> Case:
             f"({r.source})")
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
                    memory_fraction=r.memory_fraction, engine_options=r.engine_options, recv_interval=r.recv_interval,
-                   cuda_graph_max=r.cuda_graph_max, adp_balance=r.adp_balance, notes=case.notes + (note,))
+                   cuda_graph_max=r.cuda_graph_max, adp_balance=r.adp_balance, max_prefill_tokens=r.max_prefill_tokens,
+                   notes=case.notes + (note,))

@@ -94,6 +94,7 @@ class Case:
     overlap: bool | None = None           # its engine's overlap scheduling (None: the profile's default)
     cuda_graph_max: int | None = None     # its decode workers' largest CUDA graph (None: the engine's)
     adp_balance: tuple[int, int] | None = None  # its TensorRT-LLM attention_dp_config enable_balance
+    max_prefill_tokens: int | None = None  # its SGLang --max-prefill-tokens (None: the engine's, 16384)
 
     @property
     def num_queries(self) -> int:

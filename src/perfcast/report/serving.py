@@ -60,7 +60,8 @@ def to_json(report) -> dict:
         "scheduler": {"policy": sched.policy, "max_batch_size": sched.max_num_seqs,
                       "max_num_tokens": sched.max_num_tokens, "chunked_prefill": sched.chunked_prefill,
                       "block_size_tokens": sched.block_size, "memory_fraction": sched.memory_fraction,
-                      "recv_interval": sched.recv_interval, "overlap_scheduling": sched.overlap,
+                      "recv_interval": sched.recv_interval, "max_prefill_tokens": sched.max_prefill_tokens,
+                      "overlap_scheduling": sched.overlap,
                       "take_in_lag_steps": sched.take_in_lag, "dp_balance": sched.dp_balance,
                       "attention_dp_balance": None if sched.adp_balance is None else {
                           "batching_wait_iters": sched.adp_balance[0], "timeout_iters": sched.adp_balance[1]}},

@@ -160,7 +160,13 @@ class _Model:
 
     @property
     def prefill_batch_max(self) -> int:
-        return max(1, self.engine.step_tokens // self.load.prefill_tokens)
+        """The most prompts of one SGLang prefill batch: whole prompts within the step's token budget
+        and, where set, ``max_prefill_tokens`` per batch in flight (``PrefillAdder``'s
+        ``rem_chunk_tokens`` and ``rem_input_tokens``), at least one."""
+        e = self.engine
+        cap = e.step_tokens if e.max_prefill_tokens is None else min(e.step_tokens,
+                                                                     e.max_prefill_tokens * e.micro_batches)
+        return max(1, cap // self.load.prefill_tokens)
 
 
 def _lerp(fn, x: float) -> float:

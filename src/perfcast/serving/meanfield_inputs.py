@@ -20,7 +20,8 @@ class EngineConfig:
     ``chunked_prefill_size`` for its prefill batches), ``spec_k`` draft tokens verified per step
     with per-position acceptance rates ``acceptance`` (``len == spec_k``), ``recv_interval``
     SGLang's ``--scheduler-recv-interval`` (new requests taken in once every that many decode
-    steps), ``take_in_lag`` the steps launched before one can take in a request sent on a step's
+    steps), ``max_prefill_tokens`` SGLang's cap on one prefill batch's input tokens (None: none),
+    ``take_in_lag`` the steps launched before one can take in a request sent on a step's
     outputs (:attr:`perfcast.serving.scheduler.SchedulerConfig.take_in_lag`: 1 or 2)."""
 
     policy: str = "vllm"
@@ -32,6 +33,7 @@ class EngineConfig:
     spec_k: int = 0
     acceptance: tuple[float, ...] = ()
     recv_interval: int = 1
+    max_prefill_tokens: int | None = None
     take_in_lag: int = 1
     micro_batches: int = 1   # batches in flight (a pipeline's stages): a step's budget is this many batches'
     #: attention-DP ranks that step together (an MoE engine's; 1: an independent instance): each step
@@ -51,6 +53,8 @@ class EngineConfig:
             raise UserError(f"policy {self.policy!r}: not one of {', '.join(POLICIES)}")
         if self.recv_interval < 1 or (self.recv_interval > 1 and self.policy != "sglang"):
             raise UserError(f"recv_interval {self.recv_interval}: a positive count, above 1 only for sglang")
+        if self.max_prefill_tokens is not None and (self.max_prefill_tokens < 1 or self.policy != "sglang"):
+            raise UserError(f"max_prefill_tokens {self.max_prefill_tokens}: a positive count, SGLang's only")
         if self.take_in_lag not in (1, 2):
             raise UserError(f"take_in_lag {self.take_in_lag}: 1 (a synchronous loop) or 2 (one step ahead)")
         for name in ("max_batch", "max_num_tokens", "kv_capacity_tokens", "devices", "coupled_ranks"):

@@ -137,6 +137,10 @@ def _sglang_admit_prefilled(e: Engine) -> None:
 
 
 def _sglang_prefill(e: Engine) -> Planned:
+    """SGLang's next prefill batch (``PrefillAdder``, python/sglang/srt/managers/schedule_policy.py):
+    a chunked request's next chunk first, then waiting prompts in order while the KV room, the chunk
+    (``--chunked-prefill-size``) and the input room (``--max-prefill-tokens``) last; a prompt over the
+    input room left waits unless the batch is empty, one over the chunk left is cut to it."""
     cfg, run, out = e.cfg, e.running, []
     chunk = cfg.step_tokens if cfg.chunked_prefill else INF
     per = cfg.max_num_tokens if cfg.chunked_prefill else INF   # one request's chunk: one batch's budget
@@ -160,8 +164,8 @@ def _sglang_prefill(e: Engine) -> Planned:
         e.start_prefix(i)
         need = e.need(i)
         total = need + min(e.osl[i] - e.gen[i], SGLANG_CLIP_MAX_NEW_TOKENS)
-        if total > rem_total:
-            e.undo_prefix(i)
+        if total > rem_total or (need > inputs and out):   # (a prompt over the input room waits, whole,
+            e.undo_prefix(i)                              # for a batch of its own: PrefillAdder.add_one_req)
             break
         n = int(min(need, chunk, per))
         if not e.admit(i, e.comp[i] + n):

@@ -132,7 +132,8 @@ def replay(case: Case, performance_model: str = "analytic", seed: int = 0) -> Re
                               disagg=disagg, batch_wait=case.batch_wait, memory_fraction=case.memory_fraction,
                               recv_interval=None if disagg else case.recv_interval,
                               overlap=None if disagg else case.overlap,
-                              adp_balance=None if disagg else case.adp_balance))
+                              adp_balance=None if disagg else case.adp_balance,
+                              max_prefill_tokens=case.max_prefill_tokens))
     except (UserError, SpecError) as e:
         return _refused(f"refused by perfcast serve: {e}")
     cf = ((None, None, "disagg: the disaggregated closed form takes a request rate; the row's client is a closed "

@@ -36,6 +36,8 @@ class SchedulerConfig:
     memory_fraction: float
     preemption: str                  # "recompute" | "retract" | "never"
     admission: str                   # "on_demand" | "reserve_ratio" | "reserve_full"
+    #: SGLang's ``--max-prefill-tokens``: the most input tokens one prefill batch takes in
+    #: (``PrefillAdder.rem_input_tokens``; None: no cap, the other engines)
     max_prefill_tokens: int | None = None
     new_token_ratio: tuple[float, float, int] | None = None  # (init, min_factor, decay_steps)
     engine: str = ""
@@ -91,6 +93,11 @@ class SchedulerConfig:
                                 f"{self.engine or self.policy} has none")
             checked_number(self.adp_balance[0], "--attention-dp-balance batching_wait_iters", integer=True, minimum=0)
             checked_number(self.adp_balance[1], "--attention-dp-balance timeout_iters", integer=True, minimum=0)
+        if self.max_prefill_tokens is not None:
+            checked_number(self.max_prefill_tokens, "--max-prefill-tokens", integer=True, positive=True)
+            if self.policy != "sglang":
+                raise UserError(f"--max-prefill-tokens: a cap on one prefill batch's input tokens is SGLang's "
+                                f"(--max-prefill-tokens); engine {self.engine or self.policy} has none")
         if self.recv_interval > 1 and self.policy != "sglang":
             raise UserError(f"--scheduler-recv-interval: taking in requests every N decode steps is SGLang's "
                             f"(scheduler_recv_interval); engine {self.engine or self.policy} has none")
@@ -123,11 +130,12 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
                      mixed_chunk: bool | None = None, batch_wait: tuple[int, float] | None = None,
                      memory_fraction: float | None = None, recv_interval: int | None = None,
                      overlap: bool | None = None, micro_batches: int = 1,
-                     adp_balance: tuple[int, int] | None = None, device=None) -> SchedulerConfig:
+                     adp_balance: tuple[int, int] | None = None, max_prefill_tokens: int | None = None,
+                     device=None) -> SchedulerConfig:
     """The scheduler of ``engine`` (a profile or its name) with the engine's documented defaults
     (those the engine picks by the device's memory and name for ``device``, a :class:`Device`, where given),
     overridden by the user's ``--max-batch-size``, ``--max-num-tokens``, chunked prefill on/off,
-    (SGLang) mixed chunk and recv interval, (TensorRT-LLM) batch waiting, the engine's memory
+    (SGLang) mixed chunk, recv interval and ``--max-prefill-tokens``, (TensorRT-LLM) batch waiting, the engine's memory
     fraction and overlap scheduling on/off; ``micro_batches``: the batches in flight (a
     pipeline's stages)."""
     prof = get_engine(engine) if isinstance(engine, str) else engine
@@ -155,7 +163,7 @@ def scheduler_config(engine: str | EngineProfile, *, max_batch_size: int | None 
     return with_overrides(cfg, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           chunked_prefill=chunked_prefill, mixed_chunk=mixed_chunk, batch_wait=batch_wait,
                           memory_fraction=memory_fraction, recv_interval=recv_interval, overlap=overlap,
-                          adp_balance=adp_balance)
+                          adp_balance=adp_balance, max_prefill_tokens=max_prefill_tokens)
 
 
 def deployment_scheduler(dep, **overrides) -> SchedulerConfig:
@@ -170,9 +178,12 @@ def with_overrides(cfg: SchedulerConfig, *, max_batch_size: int | None = None, m
                    chunked_prefill: bool | None = None, mixed_chunk: bool | None = None,
                    batch_wait: tuple[int, float] | None = None,
                    memory_fraction: float | None = None, recv_interval: int | None = None,
-                   overlap: bool | None = None, adp_balance: tuple[int, int] | None = None) -> SchedulerConfig:
+                   overlap: bool | None = None, adp_balance: tuple[int, int] | None = None,
+                   max_prefill_tokens: int | None = None) -> SchedulerConfig:
     """``cfg`` with the user's flags applied (None keeps the engine's value)."""
     changes: dict = {} if batch_wait is None else {"batch_wait": (batch_wait[0], float(batch_wait[1]))}
+    if max_prefill_tokens is not None:   # (checked in SchedulerConfig.__post_init__: SGLang's only)
+        changes["max_prefill_tokens"] = max_prefill_tokens
     if adp_balance is not None:
         changes["adp_balance"] = (adp_balance[0], adp_balance[1])
     if overlap is not None:

@@ -53,6 +53,7 @@ class ServeSpec:
     recv_interval: int | None = None        # SGLang --scheduler-recv-interval (None: the engine's own, 1)
     overlap: bool | None = None             # overlap (async) scheduling on/off (None: the engine's own)
     adp_balance: tuple[int, int] | None = None  # TensorRT-LLM attention_dp_config (batching_wait_iters, timeout_iters)
+    max_prefill_tokens: int | None = None   # SGLang --max-prefill-tokens (None: the engine's own, 16384)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ def serve(spec: ServeSpec) -> ServeReport:
     sched = deployment_scheduler(dep, max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens,
                                  chunked_prefill=spec.chunked_prefill, batch_wait=spec.batch_wait,
                                  memory_fraction=spec.memory_fraction, recv_interval=spec.recv_interval,
-                                 overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance)
+                                 overlap=spec.overlap, micro_batches=dep.layout.pp, adp_balance=spec.adp_balance,
+                                 max_prefill_tokens=spec.max_prefill_tokens)
     if sched.waits and dep.layout.attention_dp:
         raise UserError("--batch-wait-iters / --batch-wait-max-tokens-ratio: TensorRT-LLM waits for batches only "
                         "without attention DP (PyExecutor._schedule); drop --attention-dp or the batch wait")
@@ -248,7 +250,8 @@ def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Dep
         micro_batches=sched.micro_batches,
         chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
         devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
-        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag, adp_balance=sched.adp_balance)
+        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag, adp_balance=sched.adp_balance,
+        max_prefill_tokens=sched.max_prefill_tokens)
 
 
 def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
@@ -332,8 +335,9 @@ def _notes(dep: Deployment, sched: SchedulerConfig, kv: KVCache, mem: Memory | N
     recv = (f", new requests taken in every {sched.recv_interval} decode steps and after each prefill"
             if sched.recv_interval > 1 else "")
     loop = "overlap scheduling" if sched.overlap else "synchronous loop"
+    cap = f", max prefill tokens {sched.max_prefill_tokens}" if sched.max_prefill_tokens else ""
     out = [f"scheduler: {sched.policy} (max batch {sched.max_num_seqs or 'KV-bound'}, max num tokens "
-           f"{sched.max_num_tokens}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, "
+           f"{sched.max_num_tokens}{cap}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, "
            f"{sched.block_size}-token blocks{wait}{recv}, {loop}: a request sent on a step's outputs "
            f"waits {sched.take_in_lag} more step{'s' if sched.take_in_lag > 1 else ''})"]
     if mem is None:

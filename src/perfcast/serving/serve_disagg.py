@@ -50,7 +50,7 @@ def pools_of(spec) -> Pools:
         batch = d.prefill_max_batch_size if role == "prefill" else spec.max_batch_size
         sched = deployment_scheduler(dep, max_batch_size=batch, max_num_tokens=spec.max_num_tokens,
                                      chunked_prefill=spec.chunked_prefill, memory_fraction=spec.memory_fraction,
-                                     micro_batches=dep.layout.pp)
+                                     micro_batches=dep.layout.pp, max_prefill_tokens=spec.max_prefill_tokens)
         k = spec.speculative.k if spec.speculative and role == "decode" else 0
         step = compile_step(dep, max_tokens=_max_tokens(sched, spec.workload, k))
         mem, kv = _kv_cache(replace(spec, deployment=dep), sched, step)
