@@ -41,9 +41,7 @@ def _lengths(spread: str, n: int) -> Lengths:
 def row(engine: str, kind: str, value: float, spread: str, isl: int = 1024, osl: int = 128) -> Row:
     sched = scheduler_config(engine, max_batch_size=256)
     kv = sched.kv_cache(KV_TOKENS)
-    cfg = meanfield.EngineConfig(policy=sched.policy, max_batch=256, max_num_tokens=sched.max_num_tokens,
-                                 chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
-                                 take_in_lag=sched.take_in_lag, max_prefill_tokens=sched.max_prefill_tokens)
+    cfg = meanfield.EngineConfig.of(sched, kv.capacity_tokens)
     if kind == "closed":
         load = meanfield.Workload(isl, osl, concurrency=int(value))
         w = Workload(_lengths(spread, isl), _lengths(spread, osl), num_requests=int(value) * 12,

@@ -10,6 +10,8 @@ from functools import cached_property
 from perfcast.ir import UserError
 
 POLICIES = ("vllm", "sglang", "trtllm")
+#: the batch bound of an engine whose scheduler states none (bounded by its KV cache only)
+UNBOUNDED_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,17 @@ class EngineConfig:
     #: TensorRT-LLM's attention-DP balance of the coupled ranks (``attention_dp_config``:
     #: batching_wait_iters, timeout_iters): their prompts held until every rank has one, then run together
     adp_balance: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, sched, capacity_tokens: int, **deployment) -> "EngineConfig":
+        """The closed form's view of a :class:`perfcast.serving.scheduler.SchedulerConfig` ``sched``
+        with a KV cache of ``capacity_tokens``; ``deployment``: the fields a deployment adds
+        (``devices``, ``spec_k``, ``acceptance``, ``coupled_ranks``)."""
+        return cls(policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH,
+                   max_num_tokens=sched.max_num_tokens, micro_batches=sched.micro_batches,
+                   chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=capacity_tokens,
+                   recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag,
+                   adp_balance=sched.adp_balance, max_prefill_tokens=sched.max_prefill_tokens, **deployment)
 
     @property
     def step_tokens(self) -> int:

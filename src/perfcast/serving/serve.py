@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from perfcast.ir import UserError
 from perfcast.serving import meanfield
+from perfcast.serving.meanfield_inputs import UNBOUNDED_BATCH
 from perfcast.serving.meanfield_burst import counting_the_first_wave
 from perfcast.serving.memory import Memory, kv_capacity_tokens, memory_of
 from perfcast.serving.scheduler import SchedulerConfig, deployment_scheduler
@@ -29,7 +30,6 @@ TIERS = ("simulation", "closed-form", "both")
 #: How each engine's memory fraction sizes the KV cache (:func:`perfcast.serving.step.kv_capacity_tokens`).
 KV_BASIS = {"vllm": "total", "sglang": "static", "trtllm": "free"}
 #: The largest decode batch the step model tabulates when the engine bounds it by the KV cache only.
-UNBOUNDED_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -245,13 +245,8 @@ def _kv_cache(spec: ServeSpec, sched: SchedulerConfig, step: StepModel) -> tuple
 def engine_config(spec: ServeSpec, sched: SchedulerConfig, kv: KVCache, dep: Deployment) -> meanfield.EngineConfig:
     """The closed form's view of one engine instance."""
     sp = spec.speculative
-    return meanfield.EngineConfig(
-        policy=sched.policy, max_batch=sched.max_num_seqs or UNBOUNDED_BATCH, max_num_tokens=sched.max_num_tokens,
-        micro_batches=sched.micro_batches,
-        chunked_prefill=sched.chunked_prefill, kv_capacity_tokens=kv.capacity_tokens,
-        devices=_rank_devices(dep), spec_k=sp.k if sp else 0, acceptance=sp.acceptance if sp else (),
-        recv_interval=sched.recv_interval, take_in_lag=sched.take_in_lag, adp_balance=sched.adp_balance,
-        max_prefill_tokens=sched.max_prefill_tokens)
+    return meanfield.EngineConfig.of(sched, kv.capacity_tokens, devices=_rank_devices(dep), spec_k=sp.k if sp else 0,
+                                     acceptance=sp.acceptance if sp else ())
 
 
 def mean_load(w: Workload, *, max_load: bool = False) -> meanfield.Workload:
