@@ -158,6 +158,7 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
     assert (moe["rows_read"], moe["dropped_nongated"], moe["rows_selected"], moe["rows"]) == (8, 1, 6, 6)
     assert manifest["missing"] == {
         "computescale_perf.parquet": "no quantize/trtllm/<version>/computescale_perf.parquet at 1.0 or older",
+        "gdn_perf.parquet": "no linear_attention/trtllm/<version>/gdn_perf.parquet at 1.0 or older",
         "scale_matrix_perf.parquet": "no quantize/trtllm/<version>/scale_matrix_perf.parquet at 1.0 or older "
                                      "(only newer: 1.1; never filled forward)"}
     assert not (got["communication"] / "AllToAll.csv.gz").exists()  # no rows left: not written

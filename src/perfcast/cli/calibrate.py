@@ -22,6 +22,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, required=True,
                    help="calibration file to write (shipped ones live in "
                         "perfcast/hardware/calibration/<device>/<framework>-<version>.yaml)")
+    p.add_argument("--only", action="append", metavar="CLASS",
+                   help="fit only this kernel class (repeatable; e.g. gdn.chunked) and keep the other fits of an "
+                        "existing --out file as they are: a class added to a shipped calibration file without "
+                        "refitting the rest")
     p.set_defaults(run=run)
 
 
@@ -41,10 +45,15 @@ def run(args) -> int:
                         f"forms count waves against it")
     from perfcast.cli.progress import progress
 
+    only = _classes(args.only)
+    base = _merge_base(args.out, source.mapping) if only else None
     with progress(args, f"calibrating {device.name}", lines=True) as bar:
-        doc = calibrate(args.database, device, _display(args.database), progress=bar.log)
+        doc = calibrate(args.database, device, _display(args.database), progress=bar.log, only=only)
     if not doc["fits"]:
-        raise UserError(f"{args.database}: no kernel table the calibration covers has enough rows")
+        what = f" of class {', '.join(sorted(only))}" if only else ""
+        raise UserError(f"{args.database}: no kernel table{what} the calibration covers has enough rows")
+    if base is not None:
+        doc = _merged(base, doc, only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# perfcast kernel calibration: {device.name}, {doc['framework']} {doc['version']}.\n"
               f"# Written by `perfcast calibrate`; do not edit by hand (see docs/design/pricing.md).\n")
@@ -54,6 +63,40 @@ def run(args) -> int:
         raise UserError(f"--out {args.out}: cannot write ({e.strerror})") from None
     print(f"wrote {args.out}: {len(doc['fits'])} fits")
     return 0
+
+
+def _classes(names) -> frozenset[str] | None:
+    if not names:
+        return None
+    from perfcast.perf.kernel_classes import CLASSES
+
+    unknown = [n for n in names if n not in CLASSES.keys()]
+    if unknown:
+        raise UserError(f"--only {unknown[0]}: no such kernel class (known: {', '.join(sorted(CLASSES.keys()))})")
+    return frozenset(names)
+
+
+def _merge_base(out: Path, mapping) -> dict | None:
+    """The calibration ``--only`` merges into: ``out``'s, which must be of the database's framework and
+    version (None: no file yet)."""
+    from perfcast.inputs import load_yaml
+
+    if not out.exists():
+        return None
+    old = load_yaml(out)
+    if not isinstance(old, dict) or (old.get("framework"), old.get("version")) != (mapping.framework, mapping.version):
+        raise UserError(f"--out {out}: not a calibration of {mapping.framework} {mapping.version} to merge --only into")
+    return old
+
+
+def _merged(old: dict, doc: dict, only: frozenset[str]) -> dict:
+    """``old``'s calibration with its fits of the classes ``only`` replaced by ``doc``'s, the rest as they were."""
+    keep = {k: v for k, v in old.get("fits", {}).items() if k.split("/", 1)[0] not in only}
+    merged = {**old, "fits": {**keep, **doc["fits"]}}
+    rejected = {**{k: v for k, v in old.get("rejected", {}).items() if k.split("/", 1)[0] not in only},
+                **doc.get("rejected", {})}
+    merged.pop("rejected", None)
+    return {**merged, "rejected": rejected} if rejected else merged
 
 
 def _display(path: Path) -> str:

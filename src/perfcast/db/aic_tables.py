@@ -161,6 +161,45 @@ def moe(df, framework):
     return out
 
 
+#: the keys of a Gated DeltaNet kernel (the shape of the scan and of each sequence's state)
+GDN = ("batch", "seq_len", "k_heads", "v_heads", "head_k", "head_v", "decode", "dtype")
+
+
+def gdn(df, framework):
+    """Qwen3.5 / Qwen3-Next Gated DeltaNet rows: the gated delta rule over ``batch`` sequences of
+    ``seq_len`` new tokens each — the chunked scan in prefill (``GatedDeltaRule``: FLA's
+    ``chunk_gated_delta_rule``, vLLM's FlashInfer kernel on Hopper and Blackwell), the one-token
+    recurrence in decode (``GatedDeltaRuleDecode``: ``fused_recurrent_gated_delta_rule``, the
+    packed-decode variant in vLLM and SGLang). What a row times (aiconfigurator
+    ``collector/{sglang,vllm,trtllm}/collect_gdn.py``): bf16 q, k, v (``dtype = torch.bfloat16``),
+    fp32 gates and state, the sequences packed varlen; the head counts are per device (the
+    collector sweeps each model's heads divided by TP). The same tables' causal-conv1d rows
+    (``causal_conv1d_fn`` / ``causal_conv1d_update``) are not kept: perfcast prices that
+    memory-bound kernel by its bytes."""
+    how = ("batch_size -> batch, seq_len (new tokens per sequence; 1 in decode), num_k_heads -> k_heads, "
+           "num_v_heads -> v_heads, head_k_dim -> head_k, head_v_dim -> head_v (heads per device), decode 0 "
+           "(context) or 1 (generation: a one-token prefill runs the chunked kernel, not this one), dtype bf16 "
+           "(the collectors' activations; the state is fp32)")
+    scan = df.kernel_source.str.startswith("chunk_gated_delta_rule")
+    step = df.kernel_source.str.startswith("fused_recurrent_gated_delta_rule")
+    conv = df.kernel_source.str.startswith("causal_conv1d")
+    out = []
+    for name, rows, what in (("GatedDeltaRule", df[scan & (df.phase == "context")],
+                              "context rows of the chunked scan (kernel_source chunk_gated_delta_rule*)"),
+                             ("GatedDeltaRuleDecode", df[step & (df.phase == "generation")],
+                              "generation rows of the recurrence (kernel_source fused_recurrent_gated_delta_rule*)")):
+        k = Kernel(name, GDN, ("batch", "seq_len") if name == "GatedDeltaRule" else ("batch",),
+                   selection=f"{what}; {how}",
+                   comment="Gated DeltaNet " + ("chunked prefill scan" if name == "GatedDeltaRule" else
+                                                "one-token decode recurrence"))
+        k.counts["dropped_causal_conv1d"] = int((conv & (df.phase == ("context" if name == "GatedDeltaRule"
+                                                                       else "generation"))).sum())
+        out.append((k, rows.assign(batch=rows.batch_size, k_heads=rows.num_k_heads, v_heads=rows.num_v_heads,
+                                   head_k=rows.head_k_dim, head_v=rows.head_v_dim,
+                                   decode=int(name == "GatedDeltaRuleDecode"), dtype="bfloat16")))
+    return out
+
+
 def custom_allreduce(df, framework):
     """The engine's own all-reduce, keyed like the NCCL tables. ``message_size`` is an element
     count (``collector/collect_all_reduce.py`` allocates ``message_size`` elements of

@@ -58,6 +58,7 @@ SOURCES = (
     ("comm", "custom_allreduce_perf.parquet", T.custom_allreduce),
     ("quantize", "scale_matrix_perf.parquet", partial(T.quantize, op="scale_matrix")),
     ("quantize", "computescale_perf.parquet", partial(T.quantize, op="compute_scale")),
+    ("linear_attention", "gdn_perf.parquet", T.gdn),
 )
 ANCHORS = SOURCES[:3]
 
@@ -70,6 +71,7 @@ OPS = {
     "perfcast.attention.default": ("attention_special", ["GenerationAttention", "ContextAttention",
                                                          "GenerationMLA", "ContextMLA"]),
     "perfcast.moe_experts.default": ("moe_fused", ["GroupedMatMul"]),
+    "perfcast.gated_delta_rule.default": ("compute", ["GatedDeltaRule", "GatedDeltaRuleDecode"]),
     "custom_all_reduce": ("communication", ["CustomAllReduce", "AllReduce"]),
     "custom_all_reduce_eager": ("communication", ["CustomAllReduceEager", "AllReduce"]),
     **{kind: ("communication", [name]) for kind, name in COLLECTIVE_TABLES.items()},

@@ -28,7 +28,8 @@ TABLE_CLASSES = {"MatMul": "gemm", "ContextAttention": "attention.context",
                  "GenerationAttention": "attention.generation", "GroupedMatMul": "moe",
                  "GroupedMatMulMinLatency": "moe.trtllm_gen",
                  "ContextMLA": "mla.context", "GenerationMLA": "mla.generation",
-                 "CustomAllReduce": "allreduce", "ScaleMatrix": "vector"}
+                 "CustomAllReduce": "allreduce", "ScaleMatrix": "vector",
+                 "GatedDeltaRule": "gdn.chunked", "GatedDeltaRuleDecode": "gdn.recurrent"}
 #: HBM bytes per element of the memory-bound table's kernel: FP8 quantization of a bf16 operand
 #: with a static scale reads 2 B and writes 1 B per element (ComputeScale is not a kernel but a
 #: difference of two measurements, dynamic minus static: left out)
@@ -319,13 +320,14 @@ def _g(x: float) -> float:
     return float(f"{x:.5g}")
 
 
-def calibrate(root: Path, device: Device, database: str, progress=None) -> dict:
-    """The calibration document of one database: every class and variant it can fit."""
+def calibrate(root: Path, device: Device, database: str, progress=None, only=None) -> dict:
+    """The calibration document of one database: every class and variant it can fit (of the
+    classes ``only``, where given)."""
     from perfcast.perf.profiling import load_database
 
     mapping = load_database(Path(root)).mapping
     fits, rejected = {}, {}
-    found = samples(root)
+    found = [s for s in samples(root) if only is None or s.cls.name in only]
     bf16 = {s.cls.name: s for s in found if s.variant == "bf16"}
     for sample in found:
         if sample.cls.name == "vector" and not native(sample, device):
@@ -343,6 +345,10 @@ def calibrate(root: Path, device: Device, database: str, progress=None) -> dict:
         if fit is None:
             continue
         pred = kfold(sample, device)
+        if not np.isfinite(pred).any():  # no fold fits: no out-of-sample figure, so no fit shipped
+            if progress:
+                progress(f"{sample.cls.name}/{sample.variant}: {len(sample):,} rows, too few to fit with a fold held out")
+            continue
         fits[f"{sample.cls.name}/{sample.variant}"] = spec_of(fit, sample, pred, database)
         if progress:
             progress(f"{sample.cls.name}/{sample.variant}: {len(sample):,} rows, "

@@ -122,6 +122,16 @@ def _grouped(leaf: Leaf) -> Features:
             "routing": str(leaf.attr("routing") or "balanced")}
 
 
+@register("gated_delta_rule")
+def _gated_delta_rule(leaf: Leaf) -> Features:
+    """Keyed as a measured Gated DeltaNet row is (:func:`perfcast.db.aic_tables.gdn`): q/k (B, S, H_k,
+    d_k), v (B, S, H_v, d_v); ``decode`` tells the one-token recurrence from a one-token prefill scan."""
+    q, k, v = leaf.inputs[:3]
+    return {"batch": _int(v.shape[0]), "seq_len": _int(v.shape[1]), "k_heads": _int(k.shape[2]),
+            "v_heads": _int(v.shape[2]), "head_k": _int(k.shape[3]), "head_v": _int(v.shape[3]),
+            "decode": int(bool(leaf.attr("decode"))), "dtype": leaf.dtype}
+
+
 def _elementwise(leaf: Leaf) -> Features:
     out = (leaf.outputs or leaf.inputs)[0]
     return {"shape": "x".join(str(_int(d)) for d in out.shape), "numel": _int(out.numel),

@@ -121,13 +121,12 @@ GEMM_BYTES = {
 GEMM_RATE = {"bf16": "bf16", "fp16": "fp16", "fp32": "tf32", "fp8": "fp8", "fp8_block": "fp8", "fp8_static": "fp8",
              "int8": "int8", "fp4": "fp4", "w4a16": "bf16", "w8a16": "bf16", "w4a16_nvfp4": "bf16",
              "w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "fp8"}
-#: Where a device has no fit for a format, the nearest fit whose kernel does the same work prices
-#: it — with the format's own bytes and rate, labelled derived: a weight-only GEMM widens its
-#: weights and multiplies in bf16 (another weight-only kernel, else the bf16 GEMM); block-scaled
-#: FP8 is an FP8 GEMM with per-block scaling in its main loop; W8A8 int8 and FP8 run the same
-#: 8-bit tensor-core rate on Hopper (NVIDIA H100 datasheet: 1,979 TOPS / TFLOPS dense); an
-#: FP8 GEMM with a static activation scale is the FP8 GEMM without the scale computation, so a
-#: device with no fit of its own prices it as the (dynamic) FP8 GEMM, an upper bound.
+#: Where a device has no fit for a format, the nearest fit whose kernel does the same work prices it — with
+#: the format's own bytes and rate, labelled derived: a weight-only GEMM widens its weights and multiplies
+#: in bf16 (another weight-only kernel, else the bf16 GEMM); block-scaled FP8 is an FP8 GEMM with per-block
+#: scaling in its main loop; W8A8 int8 and FP8 run the same 8-bit tensor-core rate on Hopper (NVIDIA H100
+#: datasheet: 1,979 TOPS / TFLOPS dense); an FP8 GEMM with a static activation scale is the FP8 GEMM
+#: without the scale computation, priced as the (dynamic) FP8 GEMM where a device lacks it: an upper bound.
 NEAREST = {
     "w4a16_nvfp4": ("w4a16_mxfp4", "w4a16", "bf16"), "w4a16_mxfp4": ("w4a16", "bf16"),
     "w4a16": ("w4a16_mxfp4", "bf16"), "w8a16": ("bf16",), "fp8_block": ("fp8",), "int8": ("fp8",),
@@ -155,21 +154,18 @@ def gemm_work(s: Shape, units: int) -> KernelWork:
                       items={"wave": k * _ceil(tiles / units)}, axes={"M": m, "NK": n * k})
 
 
-GEMM = _register(KernelClass("gemm", ("M", "N", "K", "dtype"), lambda s: str(s["dtype"]), gemm_work,
-                             lambda v: GEMM_RATE[v], ("M", "NK")))
+GEMM = _register(KernelClass("gemm", ("M", "N", "K", "dtype"), lambda s: str(s["dtype"]), gemm_work, lambda v: GEMM_RATE[v], ("M", "NK")))
 
 
 # Attention -----------------------------------------------------------------------------------
-ATTENTION_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "v_head_dim",
-                  "window", "dtype", "kv_dtype")
-#: Decode attention runs one of two kernel families (TensorRT-LLM docs, "XQA optimization":
-#: XQA serves MQA/GQA generation; cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention):
-#: grouped-query heads (2 to 32 query heads per KV head) run XQA, one CTA per (sequence, KV head)
-#: serving the whole group; plain multi-head attention and wider groups run the masked
-#: multi-head kernel, one CTA per (sequence, query head). The measured tables show it as two
-#: per-CTA costs (H200, 2,048 sequences of 2 tokens: about 36-45 ns per (sequence, KV head) for
-#: groups 2-32, about 10 ns per (sequence, query head) at group 1 and above 32), and, within a
-#: group, a smaller cost per query head (about 1.3 ns with an fp8 cache).
+ATTENTION_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "v_head_dim", "window", "dtype", "kv_dtype")
+#: Decode attention runs one of two kernel families (TensorRT-LLM docs, "XQA optimization": XQA serves
+#: MQA/GQA generation; cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention): grouped-query heads (2 to
+#: 32 query heads per KV head) run XQA, one CTA per (sequence, KV head) serving the whole group; plain
+#: multi-head attention and wider groups run the masked multi-head kernel, one CTA per (sequence, query
+#: head). The measured tables show it as two per-CTA costs (H200, 2,048 sequences of 2 tokens: about 36-45
+#: ns per (sequence, KV head) for groups 2-32, about 10 ns per (sequence, query head) at group 1 and above
+#: 32), and, within a group, a smaller cost per query head (about 1.3 ns with an fp8 cache).
 XQA_GROUPS = (2, 32)
 #: most KV splits a decode kernel uses for one CTA's sequence (flash-decoding's split-KV)
 MAX_SPLITS = 64
@@ -265,20 +261,19 @@ def moe_work(s: Shape, units: int) -> KernelWork:
 
 MOE = _register(KernelClass("moe", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                             lambda v: GEMM_RATE[v], ("tokens", "weights")))
-#: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing, FC1 with
-#: the gated activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the same work, its own
-#: kernels and so its own fits (aiconfigurator's ``moe_torch_flow_min_latency`` rows, table
-#: ``GroupedMatMulMinLatency``). Its unmeasured block-FP8 runner takes this class's NVFP4 fit at its own
-#: bytes and rate (derived): the kernel family carries over better than the format (docs/design/engines.md,
-#: "Engine options"); other formats take the default backend's.
+#: TensorRT-LLM's TRTLLM MoE backend (``moe_config.backend: TRTLLM``, TRTLLMGenFusedMoE: routing, FC1 with the gated
+#: activation, FC2 and finalize in the trtllm-gen runner, Blackwell only): the same work, its own kernels and so its
+#: own fits (aiconfigurator's ``moe_torch_flow_min_latency`` rows, table ``GroupedMatMulMinLatency``). Its unmeasured
+#: block-FP8 runner takes this class's NVFP4 fit at its own bytes and rate (derived): the kernel family carries over
+#: better than the format (docs/design/engines.md, "Engine options"); other formats take the default backend's.
 MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                                        lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
                                        siblings=(("fp8_block", ("fp4",)),)))
 
 
 # Latent (MLA) attention -----------------------------------------------------------------------
-#: FlashMLA's decode kernel serves 64 query heads of one sequence per CTA (deepseek-ai/FlashMLA,
-#: flash_mla_with_kvcache: block_size_m 64 over heads); TensorRT-LLM's MLA decode follows it.
+#: FlashMLA's decode kernel serves 64 query heads of one sequence per CTA (deepseek-ai/FlashMLA, flash_mla_with_kvcache:
+#: block_size_m 64 over heads); TensorRT-LLM's MLA decode follows it.
 MLA_HEADS_PER_CTA = 64
 
 
@@ -320,12 +315,11 @@ def allreduce_work(s: Shape, units: int) -> KernelWork:
                       axes={"bytes": nbytes, "devices": n})
 
 
-#: the tables sweep one axis (bytes, powers of 2) at a few group sizes (2, 4, 8): two rows per
-#: residual cell of a factor 4 in bytes, and one cell per group size, centred on it — the
-#: engines switch strategy (one-shot, two-shot, NCCL) at message sizes that depend on the group
-#: size (TensorRT-LLM's AUTO strategy: cpp/tensorrt_llm/common/customAllReduceUtils.h, by message
-#: size and world size), a bend the smooth form cannot follow and a cell shared by two group
-#: sizes averages away
+#: the tables sweep one axis (bytes, powers of 2) at a few group sizes (2, 4, 8): two rows per residual cell
+#: of a factor 4 in bytes, and one cell per group size, centred on it — the engines switch strategy
+#: (one-shot, two-shot, NCCL) at message sizes that depend on the group size (TensorRT-LLM's AUTO strategy:
+#: cpp/tensorrt_llm/common/customAllReduceUtils.h, by message size and world size), a bend the smooth form
+#: cannot follow and a cell shared by two group sizes averages away
 ALLREDUCE = _register(KernelClass("allreduce", ("devices", "dtype", "bytes"), lambda s: "any",
                                   allreduce_work, lambda v: None, ("bytes", "devices"), bandwidth="link",
                                   min_cell=2, cells=((2.0, 0.0), (1.0, 0.5))))
@@ -390,6 +384,8 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
                      "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up), "routing": leaf.attr("routing"),
                      **_operand_bytes(leaf, hidden, gate_up)}
+    if leaf.kind == "gated_delta_rule":
+        return gdn_shape(leaf)
     if leaf.kind in VECTOR_KINDS:
         return VECTOR, {"bytes": leaf.cost.get(BYTES_HBM)}
     if leaf.kind == "all_reduce" and str(leaf.attr("op")) in CUSTOM_ALLREDUCE_OPS:
@@ -398,3 +394,7 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         return ALLREDUCE, {"devices": sympy.sympify(leaf.attr("group_size")), "dtype": leaf.inputs[0].dtype,
                            "bytes": collective_message(leaf.inputs, leaf.outputs)}
     return None
+
+
+# Gated DeltaNet: its classes live in their own module (it imports this one), registered here
+from perfcast.perf.kernel_classes_gdn import gdn_shape  # noqa: E402
