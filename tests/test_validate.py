@@ -405,7 +405,8 @@ def test_selection_filters_and_their_errors(frame):
 
 def test_published_rows_keep_their_source_and_map(tmp_path):
     pub, sources = published.read()
-    assert len(pub) == 21 + 108 and set(pub["source"]) == {"vultr-b200-concurrency", "trtllm-0.9.0-performance"}
+    assert len(pub) == 21 + 108 + 1 and set(pub["source"]) == {"vultr-b200-concurrency", "trtllm-0.9.0-performance",
+                                                               "sglang-pr-14764"}
     assert sources["vultr-b200-concurrency"]["url"].startswith("https://docs.vultr.com/")
     first = pub.to_dict("records")[0]
     assert (first["batch_size"], first["isl"], first["osl"], first["silicon_tpot_ms"]) == ("1", "2048", "512", "2.91")
@@ -425,7 +426,8 @@ def static_rows():
 
 
 def test_static_tables_state_time_per_output_token(static_rows):
-    assert len(static_rows) == 3 * 6 * (4 + 2)  # H200/H100/A100 × six models × (4 throughput + 2 first-token)
+    # TensorRT-LLM 0.9.0: H200/H100/A100 × six models × (4 throughput + 2 first-token); SGLang's bench_one_batch
+    assert len(static_rows) == 3 * 6 * (4 + 2) + 1
     r = static_rows["Peak Throughput, H200 GPUs (FP8): LLaMA 7B: b896 tp1 128/128"]
     # 896 sequences / (20,618 output tokens/s per GPU × 1 GPU) = 43.457 ms per output token of the batch
     assert float(r["silicon_tpot_ms"]) == pytest.approx(896 / 20618 * 1e3) == pytest.approx(43.4572)
@@ -470,6 +472,19 @@ def test_static_time_per_token_and_prediction(static_rows):
     assert pred[first.id].tpot_ms == {} and pred[first.id].ttft_ms == pytest.approx(
         prices.of(first, False)["analytic"].seconds * 1e3)
     assert pred[first.id].error("steady-state") is None  # a first-token row has no TPOT to miss
+
+
+def test_sglang_bench_one_batch_row_prices_the_figures_validation_md_quotes(static_rows):
+    """sgl-project/sglang PR #14764: one static batch of 16 × 512 tokens of DeepSeek-V3.1 on 8 H200s,
+    prefill 288.94 ms and median decode step 16.20 ms; docs/design/validation.md ("The step itself,
+    measured apart from serving") quotes perfcast's 297.3 ms and 16.89 ms (the decode-step figure)."""
+    c = silicon.map_row(static_rows["bench_one_batch, H200, DeepSeek-V3.1, TP 8, batch 16, 512 in / 512 out: "
+                                    "b16 tp8 512/512"])
+    assert c.predictable and (c.model, c.device, c.engine, c.mode) == ("deepseek-v3", "h200-sxm", "sglang", "static")
+    assert (c.ttft_ms, c.tpot_ms) == (288.94, 16.20)
+    prices = price([c], ("analytic",), baseline=False)
+    prefill, decode = prices.of(c, False)["analytic"], prices.of(c, True)["analytic"]
+    assert (round(prefill.seconds * 1e3, 1), round(decode.seconds * 1e3, 2)) == (297.3, 16.89)
 
 
 # --- pricing: the grouped closed form is simulate's number ------------------------------------
