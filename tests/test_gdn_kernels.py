@@ -119,3 +119,19 @@ def test_calibrate_only_errors(tmp_path):
     rc, _, err = run_cli("calibrate", str(shipped_root() / "b200-sxm" / "vllm" / "0.24.0"), "--only", "gdn.chunked",
                          "--out", str(other))
     assert rc == 2 and err.count("\n") == 1 and "not a calibration of vllm 0.24.0" in err
+
+
+def test_the_kernel_benchmark_measures_the_fits_and_skips_what_no_fold_can_fit(capsys):
+    """``benchmarks/kernel_accuracy.py --framework trtllm --family gdn`` on H200: the scan k-fold (the
+    figure calibration.md's table sums), and TensorRT-LLM's 43-shape recurrence table skipped, as the
+    calibration skips it, rather than a row with no figure the text report cannot print."""
+    import runpy
+    from pathlib import Path
+
+    import perfcast
+
+    bench = runpy.run_path(str(Path(perfcast.__file__).parents[2] / "benchmarks" / "kernel_accuracy.py"))
+    rows = bench["rows_for"]("h200-sxm", "trtllm", {"gdn"})
+    assert [r["class"] for r in rows] == ["gdn.chunked"] and rows[0]["model"]["median"] < 0.06
+    assert "gdn.recurrent/bf16: 43 rows, too few to fit with a fold held out" in capsys.readouterr().err
+    assert bench["main"](["--device", "h200-sxm", "--family", "gdn"]) == 0  # the text report renders
