@@ -91,11 +91,12 @@ def _merge_base(out: Path, mapping) -> dict | None:
 
 def _merged(old: dict, doc: dict, only: frozenset[str]) -> dict:
     """``old``'s calibration with its fits of the classes ``only`` replaced by ``doc``'s, the rest as they were."""
-    keep = {k: v for k, v in old.get("fits", {}).items() if k.split("/", 1)[0] not in only}
-    merged = {**old, "fits": {**keep, **doc["fits"]}}
-    rejected = {**{k: v for k, v in old.get("rejected", {}).items() if k.split("/", 1)[0] not in only},
-                **doc.get("rejected", {})}
-    merged.pop("rejected", None)
+    def others(entries: dict) -> dict:
+        return {k: v for k, v in entries.items() if k.split("/", 1)[0] not in only}
+
+    merged = {k: v for k, v in old.items() if k != "rejected"}
+    merged["fits"] = {**others(old.get("fits", {})), **doc["fits"]}
+    rejected = {**others(old.get("rejected", {})), **doc.get("rejected", {})}
     return {**merged, "rejected": rejected} if rejected else merged
 
 

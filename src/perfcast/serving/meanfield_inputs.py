@@ -10,7 +10,8 @@ from functools import cached_property
 from perfcast.ir import UserError
 
 POLICIES = ("vllm", "sglang", "trtllm")
-#: the batch bound of an engine whose scheduler states none (bounded by its KV cache only)
+#: the batch bound of an engine whose scheduler states none (bounded by its KV cache only): the
+#: closed form's ``max_batch`` and the largest decode batch the step model tabulates
 UNBOUNDED_BATCH = 4096
 
 

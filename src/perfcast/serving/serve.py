@@ -29,7 +29,6 @@ from perfcast.serving.workload import Workload
 TIERS = ("simulation", "closed-form", "both")
 #: How each engine's memory fraction sizes the KV cache (:func:`perfcast.serving.step.kv_capacity_tokens`).
 KV_BASIS = {"vllm": "total", "sglang": "static", "trtllm": "free"}
-#: The largest decode batch the step model tabulates when the engine bounds it by the KV cache only.
 
 
 @dataclass(frozen=True)
