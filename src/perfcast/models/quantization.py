@@ -19,6 +19,7 @@ deepseek_v2.py, qwen3_moe.py, gpt_oss.py, v0.11), embeddings are lookups, not GE
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -247,12 +248,26 @@ def matches(pattern: str, module: str, syntax: str = "hf") -> bool:
         return fnmatch.fnmatchcase(module, pattern) or module == pattern.rstrip("*").rstrip(".")
     if syntax == "compressed-tensors":
         if pattern.startswith("re:"):
-            return re.match(pattern[3:], module) is not None
+            regex = _regex(pattern[3:])
+            if regex is None:
+                raise UserError(f"quantization ignore pattern {pattern!r}: not a regular expression")
+            return regex.match(module) is not None
         return pattern == "Linear" or module == pattern or module.endswith("." + pattern)
-    try:
-        return re.match(rf"(?:{pattern})(?:(?<=\.)|(?=\.|$))", module) is not None or module.endswith(pattern)
-    except re.error:
+    regex = _regex(rf"(?:{pattern})(?:(?<=\.)|(?=\.|$))")
+    if regex is None:
         return module == pattern or module.startswith(pattern + ".")
+    return regex.match(module) is not None or module.endswith(pattern)
+
+
+@functools.lru_cache(maxsize=None)
+def _regex(pattern: str) -> re.Pattern | None:
+    """``pattern`` compiled once (None: not a regex). A checkpoint can list more patterns than
+    ``re``'s own cache keeps (GLM-5-FP8's ``modules_to_not_convert`` names 712 modules, past its
+    512), which would recompile every one for every module a capture quantizes."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
 
 
 def group_of(module: str, *, experts: bool = False) -> str:
