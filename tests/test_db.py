@@ -159,6 +159,8 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
     assert manifest["missing"] == {
         "computescale_perf.parquet": "no quantize/trtllm/<version>/computescale_perf.parquet at 1.0 or older",
         "gdn_perf.parquet": "no linear_attention/trtllm/<version>/gdn_perf.parquet at 1.0 or older",
+        "glm5_dsa_attn_module_perf.parquet": "no sparse_attention/trtllm/<version>/glm5_dsa_attn_module_perf.parquet "
+                                             "at 1.0 or older",
         "scale_matrix_perf.parquet": "no quantize/trtllm/<version>/scale_matrix_perf.parquet at 1.0 or older "
                                      "(only newer: 1.1; never filled forward)"}
     assert not (got["communication"] / "AllToAll.csv.gz").exists()  # no rows left: not written

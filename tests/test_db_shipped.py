@@ -132,13 +132,14 @@ def test_shipped_databases_are_the_documented_ones():
 
 
 def test_every_shipped_database_checks_clean():
-    """220 kernel tables in 21 databases and 28 NCCL tables: the sizes docs/design/profiling.md
-    states (B300, GB200, GB300 add 33 + 34 + 33 kernel tables — GB200 also has TensorRT-LLM's
+    """226 kernel tables in 21 databases and 28 NCCL tables: the sizes docs/design/profiling.md
+    states (B300, GB200, GB300 add 34 + 35 + 34 kernel tables — GB200 also has TensorRT-LLM's
     min-latency MoE table — and 4 NCCL tables each; every database but the A100's TensorRT-LLM
-    and vLLM ones holds Gated DeltaNet's scan and recurrence, the A100's SGLang one the recurrence only)."""
+    and vLLM ones holds Gated DeltaNet's scan and recurrence, the A100's SGLang one the recurrence
+    only; the six SGLang 0.5.14 ones DSA's sparse prefill)."""
     report = inspect(SHIPPED)
     assert report.problems == []
-    assert (report.tables, report.rows) == (248, 6_749_608)
+    assert (report.tables, report.rows) == (254, 6_768_124)
     assert {p.parts[-3]: p.name for p in SHIPPED.glob("*/nccl/*")} == {
         "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3",
         "b300-sxm": "2.29.2", "gb200": "2.29.2", "gb300": "2.29.2"}

@@ -22,7 +22,8 @@ from perfcast.inference.textgen import Request, simulate
 from perfcast.capture.parallel import Layout
 from perfcast.models import load_model_config
 from perfcast.perf.calibrated import to_fit
-from perfcast.perf.kernel_classes import CLASSES, MOE_TRTLLM_GEN, classify
+from perfcast.perf.classify import classify
+from perfcast.perf.kernel_classes import CLASSES, MOE_TRTLLM_GEN
 
 TRTLLM_MOE = (("moe_backend", "TRTLLM"),)
 

@@ -11,7 +11,8 @@ from perfcast.hardware import get_device
 from perfcast.hardware.calibration import CalibrationFile, load_calibration_file
 from perfcast.hardware.spec import SpecError
 from perfcast.ir import Tensor, dim, make_leaf
-from perfcast.perf.kernel_classes import CLASSES, classify
+from perfcast.perf.classify import classify
+from perfcast.perf.kernel_classes import CLASSES
 from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 

@@ -10,7 +10,7 @@ from perfcast.hardware import get_device
 from perfcast.inference.textgen import Request, simulate
 from perfcast.ir import Leaf, itemsize, walk
 from perfcast.models import load_model_config
-from perfcast.perf.kernel_classes import classify
+from perfcast.perf.classify import classify
 
 
 def _linears(result) -> dict[str, Leaf]:

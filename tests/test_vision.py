@@ -314,7 +314,8 @@ def test_non_causal_attention_is_priced_at_its_own_work():
     from perfcast.ir import Tensor
     from perfcast.ir.rules import make_leaf
     from perfcast.perf.features import features
-    from perfcast.perf.kernel_classes import CONTEXT, classify, context_work
+    from perfcast.perf.classify import classify
+    from perfcast.perf.kernel_classes import CONTEXT, context_work
 
     q = Tensor("q", (16, 16, 64, 80), "bf16")
     kv = Tensor("k", (16, 16, 64, 80), "bf16")

@@ -200,6 +200,53 @@ def gdn(df, framework):
     return out
 
 
+#: the keys of a sparse-MLA prefill kernel: ``batch`` sequences of ``seq_len`` new tokens over ``past``
+#: cached ones, each query attending ``topk`` selected latent entries with ``heads`` query heads
+SPARSE_MLA = ("batch", "seq_len", "past", "heads", "topk", "head_dim", "v_head_dim", "dtype")
+#: GLM-5's DSA geometry, the one the sparse tables were measured at (aiconfigurator
+#: ``collector/sglang/glm5_dsa_sparse_modules.py``, ``_glm5_sparse_config`` from zai-org/GLM-5's
+#: config.json: index_topk 2048, kv_lora_rank 512 + qk_rope_head_dim 64 = d_qk 576, d_v 512)
+DSA_TOPK, DSA_D_QK, DSA_D_V = 2048, 576, 512
+#: the device names of the tables' Hopper (SM90) rows; every other device the tables hold is SM100 or later
+HOPPER_DEVICES = ("H100", "H200", "H20", "H800")
+
+
+def kernel_heads(device: str, native: int) -> int:
+    """The query heads ``flash_mla_sparse_fwd`` ran with in a row of the sparse tables: the model's
+    own on SM90, 128 (padded) on SM100 and later — the collector's ``q_heads = 128 if sm_major >= 10
+    else native_heads`` (``_bench_glm5_dsa_attn``), as SGLang's NSA backend pads a rank's heads for
+    FlashMLA's sparse kernels (64 on SM90, 128 on SM100+)."""
+    if not device.startswith("NVIDIA "):
+        raise UserError(f"sparse-MLA table: device {device!r} is not an NVIDIA GPU (no FlashMLA head padding known)")
+    return native if any(h in device for h in HOPPER_DEVICES) else max(native, 128)
+
+
+def sparse_mla(df, framework):
+    """GLM-5's DSA sparse attention as SGLang runs its prefill: ``flash_mla_sparse_fwd`` (FlashMLA's
+    token-sparse prefill kernel) over ``batch`` sequences of ``isl`` new tokens with ``step`` cached
+    ones, every query reading the ``index_topk`` latent entries its indexer selected (the
+    production top-k transform always hands the kernel ``topk`` columns, -1 past a short context).
+    What a row times (aiconfigurator ``collector/sglang/glm5_dsa_sparse_modules.py``,
+    ``_bench_glm5_dsa_attn``): bf16 q (M = batch·isl tokens, 64 heads on SM90, 128 on SM100+) and
+    bf16 latent KV of d_qk 576, d_v 512, replayed in a CUDA graph. Only the prefill rows (isl > 1)
+    are kept, ``SparseMLAPrefill``: SGLang decodes DSA with other kernels (FlashAttention-3 for a
+    bf16 cache on Hopper, TensorRT-LLM's on Blackwell, FlashMLA's KV-cache kernel for an fp8 cache;
+    ``server_args.py`` ``_set_default_nsa_backends``), so the tables' one-token rows time no
+    engine's default decode."""
+    how = ("batch_size -> batch, isl -> seq_len (new tokens per sequence), step -> past (cached tokens), "
+           "heads = the heads the kernel ran (num_heads on SM90, 128 on SM100+: aic_tables.kernel_heads), "
+           f"topk {DSA_TOPK}, head_dim {DSA_D_QK}, v_head_dim {DSA_D_V} (GLM-5's index_topk and latent widths), "
+           "dtype bf16 (mla_dtype: the kernel's q and KV)")
+    prefill = df[df.isl > 1]
+    k = Kernel("SparseMLAPrefill", SPARSE_MLA, ("batch", "seq_len"),
+               selection=f"rows with isl > 1 (kernel_source flash_mla_sparse_fwd); {how}",
+               comment="DSA sparse attention, FlashMLA's token-sparse prefill kernel (GLM-5 geometry)")
+    k.counts["dropped_decode_rows"] = int((df.isl <= 1).sum())
+    heads = [kernel_heads(str(d), int(n)) for d, n in zip(prefill.device, prefill.num_heads)]
+    return [(k, prefill.assign(batch=prefill.batch_size, seq_len=prefill.isl, past=prefill.step, heads=heads,
+                               topk=DSA_TOPK, head_dim=DSA_D_QK, v_head_dim=DSA_D_V, dtype=prefill.mla_dtype))]
+
+
 def custom_allreduce(df, framework):
     """The engine's own all-reduce, keyed like the NCCL tables. ``message_size`` is an element
     count (``collector/collect_all_reduce.py`` allocates ``message_size`` elements of

@@ -7,7 +7,8 @@ PyPI package ``aiconfigurator-core`` (NVIDIA, Apache-2.0), under
 converts each table into kernel types a perfcast leaf selects: ``MatMul`` (every GEMM dtype),
 ``ContextAttention`` / ``GenerationAttention``, ``ContextMLA`` / ``GenerationMLA``,
 ``GroupedMatMul`` (and TensorRT-LLM's ``GroupedMatMulMinLatency``), ``CustomAllReduce`` (and
-``CustomAllReduceEager``), the FP8 quantize kernels ``ScaleMatrix`` / ``ComputeScale``; NCCL's
+``CustomAllReduceEager``), the FP8 quantize kernels ``ScaleMatrix`` / ``ComputeScale``, Gated
+DeltaNet's ``GatedDeltaRule`` / ``GatedDeltaRuleDecode``, DSA's ``SparseMLAPrefill``; NCCL's
 collectives go to ``<device>/nccl/<version>/``.
 
 Versions. A framework version is one whose directory holds the GEMM and both attention tables;
@@ -59,6 +60,7 @@ SOURCES = (
     ("quantize", "scale_matrix_perf.parquet", partial(T.quantize, op="scale_matrix")),
     ("quantize", "computescale_perf.parquet", partial(T.quantize, op="compute_scale")),
     ("linear_attention", "gdn_perf.parquet", T.gdn),
+    ("sparse_attention", "glm5_dsa_attn_module_perf.parquet", T.sparse_mla),
 )
 ANCHORS = SOURCES[:3]
 

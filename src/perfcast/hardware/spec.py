@@ -108,6 +108,9 @@ class Datasheet(_Strict):
     #: independent cores a kernel spreads its tiles over (SMs, CUs, AI cube cores, MXUs): the
     #: calibrated kernel forms count waves and serial work against it
     compute_units: PositiveInt | None = None
+    #: an NVIDIA GPU's CUDA compute capability (``major.minor``): which kernels' tile shapes apply
+    #: (FlashMLA's sparse kernels pad query heads to 64 on SM90, 128 on SM100+)
+    compute_capability: Annotated[str, Field(strict=True, pattern=r"^[0-9]+\.[0-9]+$")] | None = None
     resources: Resources
     links: dict[str, Link] = Field(default_factory=dict)
 

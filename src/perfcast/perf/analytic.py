@@ -56,13 +56,41 @@ class AnalyticPerformanceModel(PerformanceModel):
 
     def process_op(self, op: Leaf, kernel: Cost | None = None) -> Result:
         link = any(r.startswith(LINK_PREFIX) for r in op.cost)
-        if kernel is None and self.calibration is not None:
-            found = self.calibration.lookup(op)
-            # an engine's own all-reduce was measured inside one NVLink domain
-            if found is not None and (not link or self._within_first_tier(op)):
-                return self._calibrated(op, *found)
+        found = self._fitted(op, kernel, link)
+        if found is not None:
+            return found
         if link:
             return self.collective(op)
+        return self._roofline(op, kernel)
+
+    def _fitted(self, op: Leaf, kernel: Cost | None, link: bool) -> Result | None:
+        """The leaf priced by its kernel class's fit, or None where no fit covers it. A class that
+        runs only for some shapes (``KernelClass.applies``: SGLang's sparse DSA prefill above
+        ``topk`` cached tokens) prices the others by the roofline, as a piecewise closed form
+        where the shape is symbolic."""
+        if kernel is not None or self.calibration is None:
+            return None
+        found = self.calibration.lookup(op)
+        # an engine's own all-reduce was measured inside one NVLink domain
+        if found is None or (link and not self._within_first_tier(op)):
+            return None
+        cls, shape = found[1], found[2]
+        when = sympy.true if cls.applies is None else sympy.sympify(cls.applies(shape))
+        if when == sympy.false:
+            return None
+        fitted = self._calibrated(op, *found)
+        if when == sympy.true:
+            return fitted
+        other = self._roofline(op, None)
+        launch = self.launch_overhead().time_s
+        terms = set(fitted.breakdown) | set(other.breakdown)
+        return Result(sympy.Piecewise((fitted.time_s, when), (other.time_s + launch, True)), fitted.source,
+                      {t: sympy.Piecewise((fitted.breakdown.get(t, 0), when), (other.breakdown.get(t, 0), True))
+                       for t in sorted(terms)},
+                      (*fitted.notes, f"{cls.name} where {when}, else {cls.otherwise}", *other.notes),
+                      includes_launch=True)
+
+    def _roofline(self, op: Leaf, kernel: Cost | None) -> Result:
         busy, notes = self._busy(op, kernel)
         terms: dict[str, sympy.Expr] = {}
         if "matrix" in busy or "vector" in busy:
@@ -96,11 +124,9 @@ class AnalyticPerformanceModel(PerformanceModel):
         ``hbm``, ``onchip``, ``link:<axis>``): the terms of its roofline, before the max. Matrix
         and vector work issue from the same cores, one after the other."""
         link = any(r.startswith(LINK_PREFIX) for r in op.cost)
-        if kernel is None and self.calibration is not None:
-            found = self.calibration.lookup(op)
-            if found is not None and (not link or self._within_first_tier(op)):
-                r = self._calibrated(op, *found)
-                return {f"link:{op.attr('axis')}": r.time_s} if link else self._calibrated_busy(r)
+        r = self._fitted(op, kernel, link)
+        if r is not None:
+            return {f"link:{op.attr('axis')}": r.time_s} if link else self._calibrated_busy(r)
         if link:
             return {f"link:{op.attr('axis')}": self.collective(op).time_s}
         return self._busy(op, kernel)[0]

@@ -23,7 +23,8 @@ from perfcast.hardware.calibration import (_PREFERENCE, CalibrationFile, FitSpec
 from perfcast.hardware.device import Device, exact
 from perfcast.hardware.spec import SpecError
 from perfcast.ir import Leaf
-from perfcast.perf.kernel_classes import CLASSES, NEAREST, KernelClass, Shape, classify
+from perfcast.perf.classify import classify
+from perfcast.perf.kernel_classes import CLASSES, NEAREST, KernelClass, Shape
 from perfcast.perf.kernel_fit import KernelFit, KernelWork, Ramp, Residual
 
 
@@ -101,6 +102,8 @@ class KernelCalibration:
         if got is None:
             return None
         cls, shape = got
+        if cls.device_shape is not None:
+            shape = {**shape, **cls.device_shape(self.device)}
         variant = cls.variant(shape)
         key = f"{cls.name}/{variant}"
         own = dict(cls.siblings).get(variant, ())
