@@ -52,7 +52,8 @@ DEVICES = ("h100-sxm", "h200-sxm", "b200-sxm", "a100-sxm-80gb", "gb200", "b300-s
 BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us"), (500e-6, np.inf, ">=500us"))
 FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generation": "attention",
           "mla.context": "attention", "mla.generation": "attention", "moe": "moe", "moe.trtllm_gen": "moe",
-          "allreduce": "allreduce", "vector": "vector", "gdn.chunked": "gdn", "gdn.recurrent": "gdn"}
+          "allreduce": "allreduce", "vector": "vector", "gdn.chunked": "gdn", "gdn.recurrent": "gdn",
+          "dsa.sparse_prefill": "dsa"}
 TARGETS = {"gemm": 0.08, "attention": 0.10}
 #: variants whose rows are derived from other measurements, not measured: left out of the figures
 DERIVED = {("gemm", fmt) for fmt in DERIVED_ROWS}
