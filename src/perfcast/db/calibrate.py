@@ -224,8 +224,9 @@ def predict(fit: KernelFit, sample: Sample, device: Device, units: int | None = 
     return fit.time(work_of(sample, units), *peaks(device, sample.cls, sample.variant))
 
 
-def kfold(sample: Sample, device: Device, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
-    """Each row predicted by a fit on the folds that do not hold its shape."""
+def kfold(sample: Sample, device: Device, folds: int = FOLDS, seed: int = 0) -> np.ndarray | None:
+    """Each row predicted by a fit on the folds that do not hold its shape; None when no fold can
+    be fitted with its fifth held out (too few shapes: no out-of-sample figure, so no fit either)."""
     group = sample.groups()
     fold_of = np.random.default_rng(seed).integers(0, folds, group.max() + 1)[group]
     pred = np.full(len(sample), np.nan)
@@ -234,7 +235,7 @@ def kfold(sample: Sample, device: Device, folds: int = FOLDS, seed: int = 0) -> 
         fit = fit_sample(sample.subset(~held), device)
         if fit is not None and held.any():
             pred[held] = predict(fit, sample.subset(held), device)
-    return pred
+    return pred if np.isfinite(pred).any() else None
 
 
 def spec_of(fit: KernelFit, sample: Sample, pred: np.ndarray, database: str) -> dict:
@@ -346,7 +347,7 @@ def calibrate(root: Path, device: Device, database: str, progress=None, only=Non
         if fit is None:
             continue
         pred = kfold(sample, device)
-        if not np.isfinite(pred).any():  # no fold fits: no out-of-sample figure, so no fit shipped
+        if pred is None:
             if progress:
                 progress(f"{sample.cls.name}/{sample.variant}: {len(sample):,} rows, too few to fit with a fold held out")
             continue
