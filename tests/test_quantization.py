@@ -340,3 +340,24 @@ def test_a_price_read_from_derived_rows_says_derived():
     assert static.get("derived", 0) > 0.3 and "derived" not in dynamic
     assert dynamic.get("measured", 0) + dynamic.get("interpolated", 0) > static.get("measured", 0) + static.get(
         "interpolated", 0)
+
+
+def test_ignore_patterns_match_as_before_and_compile_once():
+    """A checkpoint's exclusion patterns (transformers' regex-or-suffix, compressed-tensors ``re:``,
+    ModelOpt globs), each compiled once however many a checkpoint lists (GLM-5-FP8: 712)."""
+    from perfcast.ir import UserError
+    from perfcast.models.quantization import _regex, matches
+
+    assert matches("model.layers.0.self_attn", "model.layers.0.self_attn.q_proj")  # up to a module boundary
+    assert not matches("model.layers.1", "model.layers.10.mlp")
+    assert matches("q_proj", "model.layers.3.self_attn.q_proj")  # a suffix
+    assert matches("re:.*mlp\\.gate$", "model.layers.3.mlp.gate", "compressed-tensors")
+    assert matches("model.layers.*.mlp.gate", "model.layers.7.mlp.gate", "glob")
+    assert matches("lm_head(", "lm_head(")  # not a regex: compared as a name
+    _regex.cache_clear()
+    patterns = [f"model.layers.{i}.mlp.gate" for i in range(700)]
+    assert sum(matches(p, "model.layers.699.mlp.gate") for p in patterns) == 1
+    assert sum(matches(p, "model.layers.3.mlp.gate") for p in patterns) == 1
+    assert _regex.cache_info().misses == 700  # each pattern compiled once, re's 512-entry cache notwithstanding
+    with pytest.raises(UserError, match=r"ignore pattern 're:\(\*bad': not a regular expression"):
+        matches("re:(*bad", "lm_head", "compressed-tensors")
