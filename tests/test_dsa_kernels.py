@@ -92,6 +92,8 @@ def test_sglang_attends_short_contexts_densely():
     plain = AnalyticPerformanceModel(h200)
     short = leaf(1, 1024, 1024)  # 2,048 tokens of context: SGLang's MHA_ONE_SHOT
     assert cal.process_op(short).time_s == plain.process_op(short).time_s
+    assert "SGLang's MHA_ONE_SHOT" in cal.process_op(short).notes[-1]
+    assert cal.resource_times(short) == plain.resource_times(short)
     # a symbolic chunk prices both paths, switched at index_topk
     s, p = sympy.symbols("S P", positive=True, integer=True)
     r = cal.process_op(leaf(1, s, p))

@@ -21,6 +21,7 @@ time is a closed form in it too.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import sympy
 
@@ -77,7 +78,8 @@ class AnalyticPerformanceModel(PerformanceModel):
         cls, shape = found[1], found[2]
         when = sympy.true if cls.applies is None else sympy.sympify(cls.applies(shape))
         if when == sympy.false:
-            return None
+            r = self._roofline(op, None)
+            return replace(r, notes=(*r.notes, cls.otherwise))
         fitted = self._calibrated(op, *found)
         if when == sympy.true:
             return fitted
@@ -87,7 +89,7 @@ class AnalyticPerformanceModel(PerformanceModel):
         return Result(sympy.Piecewise((fitted.time_s, when), (other.time_s + launch, True)), fitted.source,
                       {t: sympy.Piecewise((fitted.breakdown.get(t, 0), when), (other.breakdown.get(t, 0), True))
                        for t in sorted(terms)},
-                      (*fitted.notes, f"{cls.name} where {when}, else {cls.otherwise}", *other.notes),
+                      (*fitted.notes, f"{cls.name} where {when}; elsewhere {cls.otherwise}", *other.notes),
                       includes_launch=True)
 
     def _roofline(self, op: Leaf, kernel: Cost | None) -> Result:
@@ -125,7 +127,7 @@ class AnalyticPerformanceModel(PerformanceModel):
         and vector work issue from the same cores, one after the other."""
         link = any(r.startswith(LINK_PREFIX) for r in op.cost)
         r = self._fitted(op, kernel, link)
-        if r is not None:
+        if r is not None and r.includes_launch:  # a fit (or a fit switched by shape) priced it
             return {f"link:{op.attr('axis')}": r.time_s} if link else self._calibrated_busy(r)
         if link:
             return {f"link:{op.attr('axis')}": self.collective(op).time_s}

@@ -79,7 +79,7 @@ class KernelClass:
     #: measured row states its own: the kernel's head tile, for instance)
     device_shape: Callable[[object], Shape] | None = None
     #: where the engine runs this kernel at all: a condition on the shape (True, False or a SymPy
-    #: relation); elsewhere the leaf keeps its roofline price, which ``otherwise`` names
+    #: relation); elsewhere the leaf keeps its roofline price, and ``otherwise`` (a note) says why
     applies: Callable[[Shape], object] | None = None
     otherwise: str = ""
 

@@ -72,7 +72,8 @@ def sparse_runs(s):
 DSA_SPARSE_PREFILL = _register(KernelClass(
     "dsa.sparse_prefill", DSA_KEYS, lambda s: str(s["dtype"]), sparse_prefill_work, lambda v: v,
     ("tokens", "context"), device_shape=head_tile, applies=sparse_runs,
-    otherwise="dense attention over at most topk cached tokens (SGLang's MHA_ONE_SHOT), priced by its roofline"))
+    otherwise="dense attention at or below topk cached tokens (SGLang's MHA_ONE_SHOT; the sparse kernel, "
+              "dsa.sparse_prefill, runs above), priced by its roofline"))
 
 
 def dsa_shape(leaf) -> tuple[KernelClass, dict] | None:
