@@ -26,22 +26,18 @@ DSA_KEYS = ("batch", "seq_len", "past", "heads", "topk", "head_dim", "v_head_dim
 #: the kernel's q, KV and output are bf16 (the collector's tensors; SGLang dequantizes an fp8
 #: cache's selected entries first); its indices int32
 ACT_BYTES, INDEX_BYTES = 2, 4
-#: FlashMLA's sparse kernels' query-head tile by CUDA compute capability major: 64 on SM90, 128 on
-#: SM100 and later (module docstring)
-HEAD_TILE = {9: 64}
-HEAD_TILE_LATER = 128
+#: FlashMLA's sparse kernels' query-head tile: 64 on SM90, 128 on SM100 and later (module docstring)
+HEAD_TILE_SM90, HEAD_TILE_SM100 = 64, 128
 
 
 def head_tile(device) -> dict:
     """The device's FlashMLA head tile as a shape entry (empty for a device without a CUDA compute
-    capability, whose kernels pad nothing perfcast knows of)."""
-    cc = getattr(device.spec.datasheet, "compute_capability", None)
-    if cc is None:
-        return {}
-    major = int(str(cc).split(".", 1)[0])
+    capability of 9.0 or later, whose kernels pad nothing perfcast knows of)."""
+    cc = device.spec.datasheet.compute_capability
+    major = int(cc.split(".", 1)[0]) if cc else 0
     if major < 9:
         return {}
-    return {"head_tile": HEAD_TILE.get(major, HEAD_TILE_LATER)}
+    return {"head_tile": HEAD_TILE_SM90 if major == 9 else HEAD_TILE_SM100}
 
 
 def sparse_prefill_work(s, units: int) -> KernelWork:
