@@ -31,6 +31,11 @@ SIZES = {
     # 3,623,878,656) = 62 × 3,668,718,592 = 227,460,552,704; + embedding and lm_head
     # 2·200,064·3,072 = 1,229,193,216; + final norm 3,072. MiniMax-M2 model card: "230B total".
     "minimax-m2.5": (228_689_748_992, 230e9, 0.01),
+    # DeepSeek-V3.2 (deepseek-ai/DeepSeek-V3.2, safetensors): 685B with the 14B MTP module, as
+    # DeepSeek-V3's README counts it ("685B ... 671B of the Main Model weights and 14B of the
+    # Multi-Token Prediction (MTP) Module weights"); V3's 671.03 B + 61 indexers (wq_b 1,536·64·128,
+    # wk 7,168·128, k_norm 2·128, weights_proj 7,168·64 = 13,959,424 each) = 671.88 B
+    "deepseek-v3.2": (671_877_929_216, 685e9 - 14e9, 0.002),
     # GLM-5 model card (zai-org/GLM-5): "744B parameters (40B active)"
     "glm-5": (743_911_199_232, 744e9, 0.001),
     # Qwen3.5-397B-A17B: 397 B with its vision encoder (the name; model card "397B in total")
@@ -121,6 +126,7 @@ KV_PER_TOKEN = {
     "minimax-m2.5": 62 * 8 * 128 * 2 * 2,  # GQA: layers × KV heads × head size × (K, V) × 2 B = 253,952
     "kimi-k2.5": 61 * (512 + 64) * 2,  # MLA: the latent (kv_lora_rank) + the rope key, one entry = 70,272
     "glm-5": 78 * ((512 + 64) + 128) * 2,  # DSA: MLA's latent + the indexer's 128-wide key = 109,824
+    "deepseek-v3.2": 61 * ((512 + 64) + 128) * 2,  # DSA, an indexer in every layer = 85,888
     "qwen3.5-397b-a17b": 15 * 2 * 256 * 2 * 2,  # hybrid: only the 15 full-attention layers cache = 30,720
     "gpt-j-6b": 28 * 16 * 256 * 2 * 2,  # MHA: every head caches its K and V = 458,752
     "falcon-40b": 60 * 8 * 64 * 2 * 2,  # grouped: 8 KV heads for 128 query heads = 122,880
@@ -159,6 +165,28 @@ def test_glm5_layer_runs_the_indexer_and_the_sparse_attention_once():
     # 2 sequences × 64 × 17 × 2 × (576 + 512) matrix FLOPs
     (_, leaf), *_ = kinds["sparse_attention"]
     assert leaf.cost.get("flops.matrix") == 2 * 64 * 17 * 2 * (576 + 512)
+
+
+def test_deepseek_v32_indexer_rotates_half_split_and_glm5_interleaved():
+    """The two DSA models differ in the indexer's RoPE (DeepSeek-V3.2 half-split with
+    ``rotate_half``'s neg, GLM-5 interleaved pairs) and in what the attention returns (V3.2's
+    decoder layer takes two values); both capture with one indexer and one sparse attention a layer,
+    V3.2's 128 heads attending the selected entries."""
+    ops = {}
+    for name in ("deepseek-v3.2", "glm-5"):
+        cap = _decode_capture(name)
+        ops[name] = {r.op for r in cap.records if r.layer == 3}
+        low = lower(cap)
+        kinds = [v.op.kind for v in walk(low.graph) if isinstance(v.op, Leaf)]
+        assert "attention" not in kinds and not low.unknown
+    assert "aten.neg.default" in ops["deepseek-v3.2"] and "aten.neg.default" not in ops["glm-5"]
+    kinds = {}
+    for v in walk(lower(_decode_capture("deepseek-v3.2")).graph):
+        if isinstance(v.op, Leaf):
+            kinds.setdefault(v.op.kind, []).append((v.trips, v.op))
+    assert sum(t for t, _ in kinds["sparse_indexer"]) == 61 == sum(t for t, _ in kinds["sparse_attention"])
+    (_, leaf), *_ = kinds["sparse_attention"]
+    assert leaf.cost.get("flops.matrix") == 2 * 128 * 17 * 2 * (576 + 512)
 
 
 def test_qwen35_hybrid_layers_are_two_groups():
@@ -227,7 +255,7 @@ def test_falcon_multi_query_caches_one_kv_head(tmp_path):
 
 
 
-@pytest.mark.parametrize("name", ["glm-5", "qwen3.5-397b-a17b"])
+@pytest.mark.parametrize("name", ["glm-5", "deepseek-v3.2", "qwen3.5-397b-a17b"])
 @pytest.mark.parametrize("decode", [False, True])
 def test_symbolic_capture_of_the_new_mixers_matches_a_concrete_capture(tmp_path, monkeypatch, name, decode):
     """DSA and Gated DeltaNet keep the symbolic capture exact: the cached (B, S, C) capture

@@ -93,6 +93,22 @@ def test_deepseek_fp8_block_scaled_with_bf16_lm_head():
     assert any("gemm/fp8_block" in n and "moe/fp8_block" in n for n in r.notes)
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3.2", "glm-5-fp8"])
+def test_dsa_indexer_weights_proj_stays_unquantized(name):
+    """transformers keeps the model class's ``_keep_in_fp32_modules`` out of every quantizer
+    (DeepSeek-V3.2, GLM-5: ``indexer.weights_proj``; quantizers/base.py get_modules_to_not_convert),
+    which the checkpoints' own lists do not name in transformers' module names: the architecture
+    row's ``keep_unquantized`` keeps it in the model dtype, the indexer's other projections FP8."""
+    from perfcast.models.quant_configs import read
+
+    q = read(load_model_config(name))
+    assert q.scheme("model.layers.3.self_attn.indexer.weights_proj", "attention") is None
+    assert q.scheme("model.layers.3.self_attn.indexer.wk", "attention") is not None
+    assert q.scheme("model.layers.3.self_attn.indexer.wq_b", "attention") is not None
+    # a row without keep_unquantized adds nothing (DeepSeek-V3: lm_head aside, every linear FP8)
+    assert read(load_model_config("deepseek-v3")).rules == ()
+
+
 def _layout(**kw):
     from perfcast.capture.parallel import Layout
     return Layout(**kw)

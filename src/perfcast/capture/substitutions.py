@@ -41,7 +41,9 @@ row does not list is refused by name: its cost would otherwise be the torch fall
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 import types
 from collections.abc import Callable
 
@@ -182,18 +184,26 @@ def mla_forward(self, hidden_states, position_embeddings, attention_mask=None, c
     return self.o_proj(out), None
 
 
+#: the rotary embedding each indexer class applies to its rope slice, a function of its own module:
+#: GLM-5's interleaved pairs, DeepSeek-V3.2's half-split (modeling_glm_moe_dsa.py /
+#: modeling_deepseek_v32.py, ``Indexer.forward``)
+_INDEXER_ROPE = {"GlmMoeDsaIndexer": "apply_rotary_pos_emb_interleave", "DeepseekV32Indexer": "apply_rotary_pos_emb"}
+
+
 def _indexer(ix, hidden_states, q_resid, position_embeddings, past):
     """The lightning indexer's projections as transformers runs them (``wq_b``, ``wk`` +
     LayerNorm, rotary on the rope slice, ``weights_proj``), then one scoring + top-k kernel."""
-    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import apply_rotary_pos_emb_interleave
-
+    name = type(ix).__name__
+    if name not in _INDEXER_ROPE:
+        raise UserError(f"{name}: a DSA indexer perfcast does not know (known: {', '.join(sorted(_INDEXER_ROPE))})")
+    rope = getattr(sys.modules[type(ix).__module__], _INDEXER_ROPE[name])
     bsz, seq, _ = hidden_states.shape
     cos, sin = position_embeddings
     q = ix.wq_b(q_resid).view(bsz, seq, ix.n_heads, ix.head_dim)
     q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
     k = ix.k_norm(ix.wk(hidden_states)).unsqueeze(2)
     k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
-    q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+    q_rot, k_rot = rope(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
     q = torch.cat([q_rot, q_pass], dim=-1)
     k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
     weights = ix.weights_proj(hidden_states)
@@ -203,7 +213,9 @@ def _indexer(ix, hidden_states, q_resid, position_embeddings, past):
 def dsa_forward(self, hidden_states, position_embeddings, attention_mask=None, cache=None,
                 position_ids=None, prev_topk_indices=None, **kwargs):
     """DeepSeek sparse attention (module docstring); a layer whose ``indexer_types`` entry is
-    "shared" reuses the previous indexer layer's selection (no indexer kernel of its own)."""
+    "shared" reuses the previous indexer layer's selection (no indexer kernel of its own). Returns
+    what the class's own forward does: GLM-5's passes its selection on (its decoder layer takes
+    ``prev_topk_indices``), DeepSeek-V3.2's does not."""
     s = session()
     bsz, seq = hidden_states.shape[:-1]
     q_nope, q_rot, latent, k_rot, q_resid = _latent(self, hidden_states, position_embeddings)
@@ -216,7 +228,9 @@ def dsa_forward(self, hidden_states, position_embeddings, attention_mask=None, c
         indices = hidden_states.new_empty((bsz, seq, topk), dtype=torch.int32)
     out = _absorbed(self, q_nope, q_rot, latent, k_rot,
                     lambda q, kv, lat: torch.ops.perfcast.sparse_attention(q, kv, lat, indices, s.past, True, 0, topk))
-    return self.o_proj(out), None, indices
+    if "prev_topk_indices" in inspect.signature(type(self).forward).parameters:
+        return self.o_proj(out), None, indices
+    return self.o_proj(out), None
 
 
 def gdn_forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):

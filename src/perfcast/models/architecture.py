@@ -5,7 +5,8 @@ A row names the model's sequence-mixer and expert module classes and the perfcas
 captures each (``parts``), and, where an architecture departs from the common decoder layout,
 the config keys and module-path segments under other names (``keys``, ``modules``), the config
 defaults a file may leave out (``derived``), a language model inside a wrapper config
-(``language_model``) and the keys tensor parallelism divides. Everything else about a model is
+(``language_model``), the keys tensor parallelism divides and the modules a quantized checkpoint
+keeps in the model dtype whatever its config says (``keep_unquantized``). Everything else about a model is
 read from its config and its transformers module tree.
 """
 
@@ -20,7 +21,8 @@ from perfcast.ir import UserError
 
 _ROW_KEYS = frozenset({"description", "language_model", "keys", "derived", "modules", "layers", "parts",
                        "attn_implementation", "experts", "dense_intermediate", "tensor_parallel",
-                       "head_projections", "no_tensor_parallel", "rope_aliases", "sources"})
+                       "head_projections", "no_tensor_parallel", "rope_aliases", "keep_unquantized",
+                       "sources"})
 #: the perfcast kinds a row may name (perfcast.capture.substitutions registers one handler each)
 KINDS = ("attention", "mla", "dsa", "gated_delta_net", "falcon", "experts", "llama4_moe")
 
@@ -43,6 +45,9 @@ class Architecture:
     no_tensor_parallel: str | None = None
     sources: tuple = ()
     rope_aliases: dict = field(default_factory=dict)
+    #: modules a transformers-read checkpoint never quantizes: the model class's
+    #: ``_keep_in_fp32_modules``, which transformers' quantizers add to ``modules_to_not_convert``
+    keep_unquantized: tuple = ()
 
     def canonical(self, path: str) -> str:
         """A module or parameter path in perfcast's canonical naming (``transformer.h.3.attn`` →
@@ -86,7 +91,8 @@ def table() -> dict[str, Architecture]:
             dict(row.get("parts") or {}), row.get("attn_implementation"), dict(row.get("experts") or {}),
             tuple(row.get("dense_intermediate") or ()), tuple(row.get("tensor_parallel") or ()),
             dict(row.get("head_projections") or {}), row.get("no_tensor_parallel"),
-            tuple(row.get("sources") or ()), dict(row.get("rope_aliases") or {}))
+            tuple(row.get("sources") or ()), dict(row.get("rope_aliases") or {}),
+            tuple(row.get("keep_unquantized") or ()))
     return out
 
 

@@ -9,6 +9,7 @@ not read, or a key with an unexpected value, is one line naming the file and the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from perfcast.inputs import excerpt, read_json
@@ -53,7 +54,11 @@ def read(model: ModelConfig) -> Quantization:
         if method not in READERS:
             raise UserError(f"{where}: key 'quant_method': {excerpt(method)} is not read by perfcast (known: "
                             f"{', '.join(sorted(READERS))}); pass --quantize to price another quantization")
-        return READERS[method](qc, where)
+        q = READERS[method](qc, where)
+        keep = model.architecture.keep_unquantized
+        # transformers' quantizers never convert the model class's _keep_in_fp32_modules
+        # (quantizers/base.py get_modules_to_not_convert): the architecture row names them
+        return replace(q, rules=q.rules + _kept(list(keep), "hf")) if keep and q.quantized else q
     path = hf_quant_config_path(model)
     if path is None:
         return none("checkpoint unquantized")
