@@ -54,6 +54,12 @@ def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> 
         return Launch("compiled", zero, f"{phase}: one compiled program per step, no host launch per kernel")
     host = profile.launch.host_launch_interval_s[device.spec.vendor]
     why = f" ({tokens} tokens > the largest captured graph, {limit})" if mode.mode == "cuda_graph" else ""
-    value = exact(host.value_s)
+    value, source = exact(host.value_s), host.source
+    scale = device.spec.datasheet.host_issue_scale
+    if scale is not None:   # a host slower (or faster) at issuing a Python forward than the one measured
+        value = value * exact(scale)
+        source = f"{source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)"
     return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
-                  f"launches × {float(value) * 1e6:g} µs host launch interval)", host.source)
+                  f"launches × {float(value) * 1e6:g} µs host launch interval"
+                  + (f", {scale:g} × the engine's {float(exact(host.value_s)) * 1e6:g} µs on this system's host"
+                     if scale is not None else "") + ")", source)

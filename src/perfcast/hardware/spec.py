@@ -111,6 +111,10 @@ class Datasheet(_Strict):
     #: an NVIDIA GPU's CUDA compute capability (``major.minor``): which kernels' tile shapes apply
     #: (FlashMLA's sparse kernels pad query heads to 64 on SM90, 128 on SM100+)
     compute_capability: Annotated[str, Field(strict=True, pattern=r"^[0-9]+\.[0-9]+$")] | None = None
+    #: how much longer this system's host takes to issue an engine's eager forward than the x86
+    #: hosts the engines' per-kernel host intervals were measured on (None: the same); scales
+    #: every engine's host launch interval on it (docs/design/engines.md, "Launches")
+    host_issue_scale: Positive | None = None
     resources: Resources
     links: dict[str, Link] = Field(default_factory=dict)
 
