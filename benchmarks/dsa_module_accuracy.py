@@ -14,7 +14,9 @@ has them: the GEMMs, the sparse prefill above ``index_topk`` cached tokens; the 
 The collector replays decode as a CUDA graph and runs prefill (extend) eagerly, so a decode module
 is priced as its kernels' time (with their launch latency) and a prefill module as an eager step
 is, at least its kernels × the engine's host interval per kernel (docs/design/engines.md,
-"Launches"). The same-run baseline is the naive datasheet roofline of the same leaves.
+"Launches"; on GB200 and GB300 × their ``host_issue_scale``, which was measured on these tables'
+host-bound prefill rows: those rows are not out of sample there). The same-run baseline is the
+naive datasheet roofline of the same leaves.
 
     python benchmarks/dsa_module_accuracy.py [--device h200-sxm ...] [--json]
 """
@@ -91,7 +93,8 @@ class Module:
         self.device_s = sympy.lambdify([by.get(n, sympy.Symbol(n)) for n in "BSC"], t,
                                        modules=[pm.numpy_functions(), "numpy"])
         self.kernels = sum(lt.trips for lt in leaves) / trips
-        self.host_s = float(profile.launch.host_launch_interval_s[proto.device.spec.vendor].value_s)
+        # an eager module's host interval per kernel, as a step's (the system's host_issue_scale included)
+        self.host_s = float(engines.launch_for(profile, decode=False, tokens=tokens, device=proto.device).host_interval_s)
 
 
 def price(rows: pd.DataFrame, pricing: str) -> pd.DataFrame:
@@ -131,12 +134,15 @@ def summary(rows: pd.DataFrame) -> dict:
     for pricing in PRICINGS:
         priced = price(rows, pricing)
         err = priced.price_s / (priced.latency_ms * 1e-3) - 1
-        priced = priced.assign(err=err)
+        bound = np.where(priced.phase == "decode", "decode (CUDA graph)",
+                         np.where(priced.host_s > priced.device_s, "prefill, host-bound as priced", "prefill, device-bound as priced"))
+        priced = priced.assign(err=err, bound=bound)
         doc["pricings"][pricing] = {
             "all": stats(err.values),
             **{k: {str(v if not isinstance(v, tuple) else " / ".join(map(str, v))): stats(g.err.values)
                    for v, g in priced.groupby(cols, sort=True)}
-               for k, cols in (("phase", "phase"), ("path", ["phase", "kernel_source"]), ("device", ["phase", "device"]),
+               for k, cols in (("phase", "phase"), ("bound", "bound"), ("path", ["phase", "kernel_source"]),
+                               ("device", ["phase", "device"]),
                                ("model", ["phase", "model"]), ("kv_dtype", ["phase", "kv_dtype"]))},
             "host_bound_share": float((priced.host_s > priced.device_s)[priced.phase == "prefill"].mean())}
     return doc
@@ -171,7 +177,8 @@ def _render(doc: dict) -> None:
 
     c = Console(width=150)
     ana, roof = doc["pricings"]["analytic"], doc["pricings"]["roofline"]
-    for key, title in (("phase", "phase"), ("path", "phase / SGLang's kernel path"), ("device", "phase / device"),
+    for key, title in (("phase", "phase"), ("bound", "what bounds perfcast's price"),
+                       ("path", "phase / SGLang's kernel path"), ("device", "phase / device"),
                        ("model", "phase / model"), ("kv_dtype", "phase / KV-cache dtype")):
         t = Table(title=f"DSA module (one layer) vs SGLang 0.5.14's measurements, by {title}")
         for col in (title, "rows", "median", "p90", "signed", "naive roofline median", "signed"):
