@@ -462,3 +462,22 @@ def test_sglang_chunks_prefill_by_the_device_s_memory():
         assert scheduler_config("sglang", device=get_device(device)).max_num_tokens == want, device
     assert scheduler_config("sglang").max_num_tokens == 8192   # (no device: the profile's value)
     assert scheduler_config("sglang", device=get_device("b200-sxm"), max_num_tokens=4096).max_num_tokens == 4096
+
+
+def test_a_grace_host_scales_every_engines_host_interval():
+    """GB200 and GB300 carry host_issue_scale 1.73 (SGLang's eager attention modules measured 1.73×
+    slower on their Grace hosts than on B200 / B300's x86 ones, docs/design/engines.md "Launches"):
+    every engine's eager interval is scaled there, and the note and source say so; B200 keeps the
+    engine's own."""
+    from perfcast.engines.launch import launch_for
+
+    for engine, base in (("sglang", 5.719e-5), ("trtllm", 3.5e-5), ("vllm", 7e-6)):
+        profile = get_engine(engine)
+        b200 = launch_for(profile, decode=False, tokens=1024, device=get_device("b200-sxm"))
+        for name in ("gb200", "gb300"):
+            grace = launch_for(profile, decode=False, tokens=1024, device=get_device(name))
+            assert grace.mode == b200.mode == "eager"
+            assert grace.host_interval_s == sympy.Rational(repr(base)) * sympy.Rational("1.73"), (engine, name)
+            assert f"1.73 × the engine's {base * 1e6:g} µs on {name}'s host" in grace.description
+            assert grace.host_source.endswith(f"({name}.yaml datasheet.host_issue_scale)")
+        assert b200.host_interval_s == sympy.Rational(repr(base)) and "host_issue_scale" not in b200.host_source

@@ -54,12 +54,10 @@ def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> 
         return Launch("compiled", zero, f"{phase}: one compiled program per step, no host launch per kernel")
     host = profile.launch.host_launch_interval_s[device.spec.vendor]
     why = f" ({tokens} tokens > the largest captured graph, {limit})" if mode.mode == "cuda_graph" else ""
-    value, source = exact(host.value_s), host.source
-    scale = device.spec.datasheet.host_issue_scale
-    if scale is not None:   # a host slower (or faster) at issuing a Python forward than the one measured
-        value = value * exact(scale)
-        source = f"{source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)"
+    base, scale = exact(host.value_s), device.spec.datasheet.host_issue_scale
+    value = base if scale is None else base * exact(scale)   # a host slower at issuing a Python forward
+    on_host = "" if scale is None else f" ({scale:g} × the engine's {float(base) * 1e6:g} µs on {device.name}'s host)"
+    source = host.source if scale is None else \
+        f"{host.source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)"
     return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
-                  f"launches × {float(value) * 1e6:g} µs host launch interval"
-                  + (f", {scale:g} × the engine's {float(exact(host.value_s)) * 1e6:g} µs on this system's host"
-                     if scale is not None else "") + ")", source)
+                  f"launches × {float(value) * 1e6:g} µs host launch interval{on_host})", source)
