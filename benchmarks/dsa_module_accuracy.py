@@ -11,9 +11,10 @@ a random latent, and the tensor-parallel all-reduce: one GPU holds one rank's he
 fitted to these rows; the kernels inside are priced as in any step (calibrated fits where perfcast
 has them: the GEMMs, the sparse prefill above ``index_topk`` cached tokens; the rule elsewhere).
 
-The collector replays decode as a CUDA graph and runs prefill (extend) eagerly, so a decode module
-is priced as its kernels' time (with their launch latency) and a prefill module as an eager step
-is, at least its kernels × the engine's host interval per kernel (docs/design/engines.md,
+The collector replays decode as a CUDA graph within SGLang's captured batch sizes and runs larger
+decode batches and prefill (extend) eagerly, so a module is priced as the step model prices those
+launches: a CUDA-graph replay as its kernels' time (with their launch latency), an eager module at
+least its kernels × the engine's host interval per kernel (docs/design/engines.md,
 "Launches"; on GB200 and GB300 × their ``host_issue_scale``, which was measured on these tables'
 host-bound prefill rows: those rows are not out of sample there). The same-run baseline is the
 naive datasheet roofline of the same leaves.
@@ -93,13 +94,15 @@ class Module:
         self.device_s = sympy.lambdify([by.get(n, sympy.Symbol(n)) for n in "BSC"], t,
                                        modules=[pm.numpy_functions(), "numpy"])
         self.kernels = sum(lt.trips for lt in leaves) / trips
-        # an eager module's host interval per kernel, as a step's (the system's host_issue_scale included)
-        self.host_s = float(engines.launch_for(profile, decode=False, tokens=tokens, device=proto.device).host_interval_s)
+        # the host interval per kernel where the engine launches the step eagerly (prefill; decode past its
+        # largest CUDA graph, as the collector replays decode only within SGLang's graphs), as a step's (the
+        # system's host_issue_scale included); 0 for a CUDA-graph replay
+        self.host_s = float(launch.host_interval_s)
 
 
 def price(rows: pd.DataFrame, pricing: str) -> pd.DataFrame:
     """Each row's module priced (seconds): ``device_s``, ``host_s`` (kernels × the host interval;
-    0 for decode, a CUDA-graph replay) and ``price_s`` (the larger)."""
+    0 for a CUDA-graph replay) and ``price_s`` (the larger)."""
     out = []
     keys = ["device", "model", "kv_dtype", "tp", "phase"]
     for (device, model, kv, tp, phase), g in rows.groupby(keys, sort=True):
@@ -116,7 +119,7 @@ def price(rows: pd.DataFrame, pricing: str) -> pd.DataFrame:
         for i, r in g.iterrows():
             mod = by_tokens[int(r.batch * r.new_tokens)]
             dev = float(mod.device_s(float(r.batch), float(r.new_tokens), float(r.past)))
-            host = 0.0 if decode else mod.kernels * mod.host_s
+            host = mod.kernels * mod.host_s
             out.append((i, dev, host, max(dev, host), mod.kernels))
     p = pd.DataFrame(out, columns=["index", "device_s", "host_s", "price_s", "kernels"]).set_index("index")
     return rows.join(p)
@@ -134,8 +137,8 @@ def summary(rows: pd.DataFrame) -> dict:
     for pricing in PRICINGS:
         priced = price(rows, pricing)
         err = priced.price_s / (priced.latency_ms * 1e-3) - 1
-        bound = np.where(priced.phase == "decode", "decode (CUDA graph)",
-                         np.where(priced.host_s > priced.device_s, "prefill, host-bound as priced", "prefill, device-bound as priced"))
+        bound = priced.phase + np.where(priced.host_s > priced.device_s, ", host-bound as priced",
+                                        np.where(priced.host_s > 0, ", device-bound eager", ", CUDA graph"))
         priced = priced.assign(err=err, bound=bound)
         doc["pricings"][pricing] = {
             "all": stats(err.values),
@@ -145,6 +148,7 @@ def summary(rows: pd.DataFrame) -> dict:
                                ("device", ["phase", "device"]),
                                ("model", ["phase", "model"]), ("kv_dtype", ["phase", "kv_dtype"]))},
             "host_bound_share": float((priced.host_s > priced.device_s)[priced.phase == "prefill"].mean())}
+    # (decode rows past the largest CUDA graph are eager too: counted in "bound")
     return doc
 
 
