@@ -86,9 +86,10 @@ class Module:
             m = LAYER.match(str(lt.leaf.attr("module") or ""))
             if m and lt.leaf.attr("kernel") not in STUBBED_KERNELS and lt.leaf.kind != "all_reduce":
                 layers[int(m.group(1))].append(lt)
-        # the layer group the most layers share (GLM-5's and DeepSeek-V3.2's MoE layers)
-        leaves = max(layers.values(), key=lambda ls: ls[0].trips)
-        trips = leaves[0].trips
+        # the layer group the most layers share (GLM-5's and DeepSeek-V3.2's MoE layers); each of its leaves
+        # is one kernel of every layer of the group (trips: the layers)
+        leaves = max(layers.values(), key=lambda ls: min(lt.trips for lt in ls))
+        trips = min(lt.trips for lt in leaves)
         t = sympy.Add(*[(lt.time_s + lt.trips * lt.launch_s) / trips for lt in leaves])
         by = {s.name: s for s in t.free_symbols}
         self.device_s = sympy.lambdify([by.get(n, sympy.Symbol(n)) for n in "BSC"], t,
