@@ -28,8 +28,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "perfcast" / "data" / "validation" / "dsa_modules.csv"
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200-sxm", "gb200": "gb200",
-           "b300_sxm": "b300-sxm", "gb300": "gb300"}
+#: the NVIDIA systems whose sparse-attention tables hold SGLang's DSA modules
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200", "b300_sxm", "gb300")
 MODELS = {"zai-org/GLM-5-FP8": "glm-5-fp8", "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2"}
 KV = {"bfloat16": "bf16", "fp8": "fp8"}
 VERSION = "0.5.14"
@@ -40,9 +40,13 @@ COLUMNS = ["device", "phase", "model", "kv_dtype", "tp", "heads", "batch", "new_
 
 
 def rows(aic: Path, per_group: int) -> pd.DataFrame:
+    from perfcast.inference.silicon import tables
+
+    devices = tables()["systems"]   # aiconfigurator system -> perfcast device, as the validation maps them
     rng = np.random.default_rng(0)
     out = []
-    for system, device in SYSTEMS.items():
+    for system in SYSTEMS:
+        device = devices[system]["device"]
         for phase in ("generation", "context"):
             rel = f"systems/data/{system}/sparse_attention/sglang/{VERSION}/dsa_{phase}_module_perf.parquet"
             t = pd.read_parquet(aic / rel)
