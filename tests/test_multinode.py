@@ -258,6 +258,80 @@ def test_the_tool_writes_each_entry_with_the_days_it_was_in_force(tmp_path):
     assert (plain.mtp, sorted(plain.concurrencies), plain.first, plain.until) == (False, [4, 8, 16], "2026-01-05", "")
 
 
+SWEEP_CONFIG = """
+gptoss-fp4-gb200-dynamo-trt:
+  image: nvcr.io#nvidia/ai-dynamo/tensorrtllm-runtime:0.7.0.post2
+  model: openai/gpt-oss-120b
+  model-prefix: gptoss
+  precision: fp4
+  runner: gb200
+  framework: dynamo-trt
+  multinode: true
+  seq-len-configs:
+  - isl: 8192
+    osl: 1024
+    search-space:
+    - conc-list: [128, 512]
+      prefill: {num-worker: 1, tp: 1, ep: 1, dp-attn: false, additional-settings: ["PREFILL_MAX_BATCH_SIZE=32"]}
+      decode: {num-worker: 1, tp: 4, ep: 1, dp-attn: false,
+               additional-settings: ["DECODE_MAX_NUM_TOKENS=20000", "DECODE_MAX_BATCH_SIZE=1024"]}
+    - conc-list: [2048]
+      prefill: {num-worker: 1, tp: 1, ep: 1, dp-attn: false}
+      decode: {num-worker: 1, tp: 16, ep: 16, dp-attn: true,
+               additional-settings: ["DECODE_MAX_NUM_TOKENS=256", "DECODE_MAX_BATCH_SIZE=512"]}
+"""
+SWEEP_SCRIPT = """
+git clone https://github.com/ai-dynamo/dynamo.git
+cd dynamo
+git checkout release/0.5.1-rc0.20260105
+cd components/backends/trtllm/performance_sweeps
+sbatch benchmark_disagg.slurm ${DECODE_TP} ${DECODE_EP} ${DECODE_MAX_BATCH_SIZE} ${DECODE_MAX_NUM_TOKENS}
+"""
+
+
+def test_the_tool_reads_an_entry_without_a_recipe_from_the_dynamo_sweep_its_script_runs(tmp_path):
+    """An entry without an srt-slurm recipe whose launch script runs Dynamo's TensorRT-LLM performance
+    sweeps takes the decode settings ``gen_yaml.py`` writes from its DECODE_* settings: both limits
+    min(batch, tokens), KV cache fp8, the MoE backend by attention DP and size; a change of the settings is a
+    new span; an entry whose script runs something else takes nothing."""
+    repo = tmp_path / "ix"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _commit(repo, "2026-01-07", SWEEP_SCRIPT, "benchmarks/multi_node/gptoss_fp4_gb200_dynamo-trt.sh")
+    _commit(repo, "2026-01-08", SWEEP_CONFIG)
+    _commit(repo, "2026-01-20", SWEEP_CONFIG.replace("DECODE_MAX_BATCH_SIZE=1024", "DECODE_MAX_BATCH_SIZE=768"))
+    out = tmp_path / "t.csv"
+    _tool().main(["--repo", str(repo), "--until", "2026-01-31", "--out", str(out)])
+    tep, dep, later = sorted(multinode.read(out), key=lambda e: (e.first, e.decode.tp))
+    launcher = ("InferenceX benchmarks/multi_node/gptoss_fp4_gb200_dynamo-trt.sh at ")
+    assert tep.launcher.startswith(launcher) and "ai-dynamo/dynamo release/0.5.1-rc0.20260105 " in tep.launcher
+    assert (tep.max_batch, tep.cuda_graph, tep.kv_cache_dtype, tep.moe_backend) == (1024, 1024, "fp8", "TRTLLM")
+    assert (dep.max_batch, dep.cuda_graph, dep.moe_backend) == (256, 256, "WIDEEP")  # min(512, 256 tokens)
+    assert (tep.first, tep.until, later.first, later.max_batch) == ("2026-01-08", "2026-01-20", "2026-01-20", 768)
+    assert tep.settings_source() == tep.launcher
+    # the same entries launched by a script that does not run the sweeps: no settings
+    _commit(repo, "2026-01-25", "python3 launch.py\n", "benchmarks/multi_node/gptoss_fp4_gb200_dynamo-trt.sh")
+    _tool().main(["--repo", str(repo), "--until", "2026-01-31", "--out", str(out)])
+    assert [(e.launcher, e.max_batch) for e in multinode.read(out) if not e.until] == [("", None)] * 2
+
+
+def test_a_gb200_gpt_oss_row_decodes_within_the_graphs_its_sweep_captured():
+    """InferenceX's gpt-oss-120b GB200 disaggregated runs have no srt-slurm recipe: their decode workers'
+    batch limit and CUDA graphs come from the Dynamo sweep the launch script runs (DECODE_MAX_BATCH_SIZE
+    1024 for one TP 4 worker at 512 clients), so the 512-sequence step is a graph replay, not the eager
+    step past TensorRT-LLM's default 128 graphs it was priced as."""
+    frame, _ = silicon.read()
+    rows = {r["id"]: r for r in frame.to_dict("records")}
+    c = silicon.map_row(rows["2026_04_06_gpt_oss_120b_gb200_trtllm_fp4_disagg_8192x1024_c512_tp1_ep1_1235"])
+    assert c.predictable and (c.batch, c.cuda_graph_max, c.kv_dtype) == (512, 1024, "fp8")
+    assert c.engine_options == (("moe_backend", "TRTLLM"),)  # gen_yaml.py: no attention DP
+    note = next(n for n in c.notes if n.startswith(multinode.LIMITS_NOTE))
+    assert "batch limit 1024 per rank, CUDA graphs up to 1024 sequences" in note
+    assert "benchmarks/multi_node/gptoss_fp4_gb200_dynamo-trt.sh" in note and "gen_yaml.py" in note
+    from perfcast.inference.steps import case_request
+
+    assert case_request(c, decode=True).profile().launch.decode.capture_limit("gb200") == 1024
+
+
 def test_the_shipped_table_is_the_one_its_manifest_describes():
     import hashlib
 

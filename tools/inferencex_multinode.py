@@ -11,6 +11,11 @@ commit landed) and the day of
 the first commit that no longer had it (``until``, empty if it was still there at the cutoff), so
 that :mod:`perfcast.inference.multinode` can find the entries in force when a row was measured.
 
+Where an entry runs an NVIDIA/srt-slurm recipe (``CONFIG_FILE``, ``--recipes``), the recipe's engine settings
+are added; where it names none but its launch script runs Dynamo's TensorRT-LLM performance sweeps (GB200's
+DeepSeek-R1 NVFP4 to 2026-01-30 and gpt-oss-120b), the settings those sweeps write from the entry's
+``DECODE_*`` settings are (:func:`sweep`), with the script as the ``launcher``.
+
 Run (a clone of InferenceX with its history):
 
     .venv/bin/python tools/inferencex_multinode.py --repo PATH [--until 2026-04-27]
@@ -26,6 +31,7 @@ import csv
 import re
 import subprocess
 import sys
+from datetime import date, timedelta
 from pathlib import Path
 
 import yaml
@@ -41,7 +47,12 @@ RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "pr
           "decode_kv_cache_dtype", "decode_moe_backend", "decode_max_batch_size", "decode_cuda_graph_max")
 COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
            "concurrencies", *(f"prefill_{k}" for k in POOL), *(f"decode_{k}" for k in POOL), "config_file",
-           "first", "first_commit", "until", *RECIPE)
+           "first", "first_commit", "until", *RECIPE, "launcher")
+#: the decode pool's additional settings an entry without a recipe passes to its launch script (kept with the
+#: entry, so that a change of them starts a new span; not written: the launcher's limits are)
+DECODE_SETTINGS = ("DECODE_MAX_BATCH_SIZE", "DECODE_MAX_NUM_TOKENS")
+#: where Dynamo's TensorRT-LLM performance sweeps live in ai-dynamo/dynamo
+SWEEPS = "components/backends/trtllm/performance_sweeps"
 
 
 def git(repo: str, *args: str) -> str:
@@ -109,6 +120,49 @@ def _limits(t: dict, g: dict) -> tuple[str, str]:
     return batch, graph
 
 
+def settings(p: dict) -> dict[str, str]:
+    """A pool's ``additional-settings`` (``KEY=VALUE`` strings) as a dict."""
+    return dict(str(s).split("=", 1) for s in p.get("additional-settings") or () if "=" in str(s))
+
+
+def sweep(repo: str, row: dict, day: str, cache: dict) -> dict:
+    """The RECIPE columns and the launcher of an entry without an srt-slurm recipe whose InferenceX launch
+    script (``benchmarks/[multi_node/]<prefix>_<precision>_<runner>_<framework>[_slurm].sh`` on ``day``)
+    runs Dynamo's TensorRT-LLM performance sweeps; empty for any other.
+
+    The script checks out a branch of ai-dynamo/dynamo and passes the entry's ``DECODE_MAX_BATCH_SIZE`` and
+    ``DECODE_MAX_NUM_TOKENS`` to ``benchmark_disagg.slurm`` as ``gen_batch_size`` and ``gen_max_num_tokens``,
+    whose ``scripts/gen_yaml.py`` writes the decode workers' TensorRT-LLM config (every version the public
+    index holds, 2025-2026): ``max_batch_size: gen_batch_size``, ``max_num_tokens: gen_max_num_tokens``,
+    ``cuda_graph_config: {enable_padding: true, batch_sizes: [1, 2, 4, ..., 2048, gen_batch_size]}``,
+    ``kv_cache_config.dtype: fp8`` (prefill too) and ``moe_config.backend`` TRTLLM without attention DP,
+    CUTLASS with it below 16 GPUs, WIDEEP from 16 (GB200). TensorRT-LLM keeps the graphs up to
+    ``min(max_batch_size, max_num_tokens)`` for a plain decode (``_filter_cuda_graph_batch_sizes``, padding to
+    that size), which is also the most sequences one step can decode, so both limits are that minimum."""
+    batch = row.get("_decode", {}).get("DECODE_MAX_BATCH_SIZE")
+    if row["config_file"] or row["framework"] != "dynamo-trt" or not batch:
+        return {}
+    commit = git(repo, "rev-list", "-1", f"--before={day}T23:59:59", "HEAD").strip()
+    name = f"{row['_prefix']}_{row['precision']}_{row['runner']}_{row['framework']}"
+    if (commit, name) not in cache:
+        found = {}
+        for path in git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks/").split():
+            if Path(path).name in (f"{name}.sh", f"{name}_slurm.sh"):
+                text = git(repo, "show", f"{commit}:{path}")
+                branch = re.search(r"git checkout (\S+)", text)
+                if SWEEPS in text and "DECODE_MAX_BATCH_SIZE" in text and branch:
+                    found = {"launcher": f"InferenceX {path} at {commit[:11]}: ai-dynamo/dynamo {branch.group(1)} "
+                                         f"{SWEEPS}/scripts/gen_yaml.py"}
+        cache[(commit, name)] = found
+    if not cache[(commit, name)]:
+        return {}
+    tokens = row["_decode"].get("DECODE_MAX_NUM_TOKENS")
+    limit = str(min(int(batch), int(tokens)) if tokens else int(batch))
+    moe = "TRTLLM" if not row["decode_dp_attn"] else ("WIDEEP" if int(row["decode_tp"]) >= 16 else "CUTLASS")
+    return {**cache[(commit, name)], "prefill_kv_cache_dtype": "fp8", "decode_kv_cache_dtype": "fp8",
+            "decode_moe_backend": moe, "decode_max_batch_size": limit, "decode_cuda_graph_max": limit}
+
+
 def entries(doc: dict):
     """(key of the entry, its row) of every multi-node search-space entry of one version."""
     for key, cfg in doc.items():
@@ -132,8 +186,11 @@ def entries(doc: dict):
                        "concurrencies": " ".join(str(c) for c in concs),
                        **{f"prefill_{k}": v for k, v in zip(POOL, pool(p))},
                        **{f"decode_{k}": v for k, v in zip(POOL, pool(d))},
-                       "config_file": config_file(p) or config_file(d)}
-                yield tuple(row.values()), row
+                       "config_file": config_file(p) or config_file(d), "_prefix": cfg.get("model-prefix")}
+                # the launch-script settings of an entry without a recipe (one with a recipe takes them from it)
+                row["_decode"] = {} if row["config_file"] else {k: v for k, v in settings(d).items()
+                                                                if k in DECODE_SETTINGS}
+                yield tuple(v for k, v in row.items() if not k.startswith("_")) + tuple(sorted(row["_decode"].items())), row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,8 +222,12 @@ def main(argv: list[str] | None = None) -> None:
         if row["config_file"] and ":" not in row["config_file"]:
             row.update(recipe(args.recipes, args.recipes_branch, row["config_file"], row["until"] or args.until,
                               cache))
+    launchers: dict = {}
+    for row in spans:  # the launch script as it stood on the entry's last day in force
+        last = (date.fromisoformat(row["until"]) - timedelta(days=1)).isoformat() if row["until"] else args.until
+        row.update(sweep(args.repo, row, max(last, row["first"]), launchers))
     with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(f, COLUMNS, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         for row in sorted(spans, key=lambda r: (r["config_key"], r["isl"], r["osl"], r["first"],
                                                          r["spec_decoding"], r["concurrencies"])):

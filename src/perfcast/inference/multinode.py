@@ -10,7 +10,9 @@ transcribes every entry of that file's history with the days it was in force
 (``data/validation/inferencex_multinode.csv``). A row's entries are those of its system (the
 campaign's runners), backend (its Dynamo framework), model, precision, lengths, concurrency,
 container image and measurement day (in force that day or the day before: ``RUN_DAYS``), and whose worker pools have the row's GPUs per worker (and
-worker counts, where the row states them). Transcribed config keys; nothing fitted.
+worker counts, where the row states them). The decode workers' engine settings come from the srt-slurm
+recipe an entry runs, or, for GB200 TensorRT-LLM entries without one, from the Dynamo performance sweep its
+launch script runs (the ``launcher`` column). Transcribed config keys; nothing fitted.
 """
 
 from __future__ import annotations
@@ -80,9 +82,14 @@ class Entry:
     moe_backend: str = ""
     max_batch: int | None = None    # the decode workers' batch limit per rank (TensorRT-LLM max_batch_size)
     cuda_graph: int | None = None   # their largest decode CUDA graph (0: none)
+    launcher: str = ""  # where the settings come from when no srt-slurm recipe gives them (Dynamo's sweeps)
 
     def source(self) -> str:
         return f"{self.key}{', ' + self.config_file if self.config_file else ''}, from {self.first_commit} ({self.first})"
+
+    def settings_source(self) -> str:
+        """Where the decode workers' settings were read: the srt-slurm recipe, or the launch path."""
+        return self.launcher or f"{self.config_file} at NVIDIA/srt-slurm {self.recipe_commit}"
 
 
 def _count(text: str) -> int | None:
@@ -108,7 +115,8 @@ def read(path) -> tuple[Entry, ...]:
                                  _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"],
                                  r["recipe_commit"], frozenset(int(c) for c in r["recipe_concurrencies"].split()),
                                  r["decode_kv_cache_dtype"], r["decode_moe_backend"],
-                                 _count(r["decode_max_batch_size"]), _count(r["decode_cuda_graph_max"])))
+                                 _count(r["decode_max_batch_size"]), _count(r["decode_cuda_graph_max"]),
+                                 r["launcher"]))
             except (KeyError, ValueError, TypeError, AttributeError) as e:
                 raise UserError(f"{path}: line {k}: {type(e).__name__} {e} (expected the columns "
                                 f"tools/inferencex_multinode.py writes)") from None
@@ -203,14 +211,15 @@ def resolve(row: dict) -> Resolution:
                       recipe, limits)
 
 
-#: how a case's note naming its srt-slurm recipe's settings begins
-RECIPE_NOTE = "engine settings of the srt-slurm recipe"
+#: how a case's note naming its recipe's (or its launcher's) settings begins
+RECIPE_NOTE = "engine settings of the campaign's multi-node recipe"
 
 
 def with_recipe(case, entry: Entry | None):
     """``case`` with its decode workers' KV-cache dtype (where the row states none) and MoE backend (the
     engine option, where the engine's profile has it) as the srt-slurm recipe of its config entry
-    launched them; a backend the engine's profile does not price keeps its default, and the note says so."""
+    launched them (or, for an entry without one, the Dynamo performance sweep its launch script runs: the
+    ``launcher`` column); a backend the engine's profile does not price keeps its default, and the note says so."""
     if entry is None:
         return case
     from perfcast.engines import get_engine
@@ -227,13 +236,12 @@ def with_recipe(case, entry: Entry | None):
                     f"(its default kept)")
     if entry.kv_cache_dtype:
         said.insert(0, f"KV cache {entry.kv_cache_dtype}")
-    note = (f"{RECIPE_NOTE}: decode workers' {', '.join(said)} ({entry.config_file} at NVIDIA/srt-slurm "
-            f"{entry.recipe_commit}; {TABLE})")
+    note = f"{RECIPE_NOTE}: decode workers' {', '.join(said)} ({entry.settings_source()}; {TABLE})"
     return replace(case, kv_dtype=kv, engine_options=options, notes=case.notes + (note,))
 
 
-#: how a case's note naming its srt-slurm recipe's decode limits begins
-LIMITS_NOTE = "decode limits of the srt-slurm recipe"
+#: how a case's note naming its recipe's (or its launcher's) decode limits begins
+LIMITS_NOTE = "decode limits of the campaign's multi-node recipe"
 
 
 def with_limits(case, entry: Entry | None):
@@ -250,6 +258,5 @@ def with_limits(case, entry: Entry | None):
                                                                   if batch < case.batch else ""))
     if entry.cuda_graph is not None:
         said.append(f"CUDA graphs up to {entry.cuda_graph} sequences" if entry.cuda_graph else "no CUDA graphs")
-    note = (f"{LIMITS_NOTE}: {', '.join(said)} ({entry.config_file} at NVIDIA/srt-slurm {entry.recipe_commit}; "
-            f"{TABLE})")
+    note = f"{LIMITS_NOTE}: {', '.join(said)} ({entry.settings_source()}; {TABLE})"
     return replace(case, batch=batch, cuda_graph_max=entry.cuda_graph, notes=case.notes + (note,))
