@@ -46,23 +46,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfcast.inference.silicon import tables
 from perfcast.inputs import load_yaml
 
 PKG = "aiconfigurator-core 0.12.0"
 MIN_SHAPES = 5
 MIN_NET_S = 0.5e-6  # drop rows with latency - static below this: efficiency is noise
-# perfcast device -> aiconfigurator system dir. The peaks (dense bf16 FLOP/s, HBM B/s) are read
-# from perfcast's own device files, so an efficiency is always relative to the datasheet value
-# that perfcast multiplies it with.
-SYSTEMS = {
-    "h100-sxm": "h100_sxm",
-    "h200-sxm": "h200_sxm",
-    "b200-sxm": "b200_sxm",
-    "a100-sxm-80gb": "a100_sxm",
-    "gb200": "gb200",
-    "b300-sxm": "b300_sxm",
-    "gb300": "gb300",
-}
+# perfcast device -> aiconfigurator system dir, as the validation maps them (data/validation/mapping.yaml
+# systems). The peaks (dense bf16 FLOP/s, HBM B/s) are read from perfcast's own device files, so an
+# efficiency is always relative to the datasheet value that perfcast multiplies it with.
+SYSTEMS = {v["device"]: s for s, v in tables()["systems"].items() if v.get("device")}
 DEVICE_DIR = Path(__file__).resolve().parent.parent / "src/perfcast/hardware/devices"
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from perfcast.db.aiconfigurator import default_root, import_aiconfigurator
 from perfcast.db.check import inspect
+from perfcast.inference.silicon import tables
 from perfcast.perf.databases import shipped_root
 
-#: aiconfigurator system → perfcast device (``a100_sxm`` is the SXM4 80 GB part: its tables
-#: name the device "NVIDIA A100-SXM4-80GB"; ``gb200`` and ``gb300`` are one GPU of a GB200 /
-#: GB300 NVL72 rack, measured on one 4-GPU compute tray: their tables name the device "NVIDIA
-#: GB200" / "NVIDIA GB300"; ``b300_sxm`` is one B300 of an HGX B300 board).
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200-sxm", "a100_sxm": "a100-sxm-80gb",
-           "gb200": "gb200", "b300_sxm": "b300-sxm", "gb300": "gb300"}
+#: aiconfigurator system → perfcast device, as the validation maps them (``data/validation/mapping.yaml``
+#: ``systems``, with each one's source: ``a100_sxm`` is the SXM4 80 GB part, its tables naming the device
+#: "NVIDIA A100-SXM4-80GB"; ``gb200`` and ``gb300`` are one GPU of a GB200 / GB300 NVL72 rack, measured
+#: on one 4-GPU compute tray; ``b300_sxm`` is one B300 of an HGX B300 board)
+SYSTEMS = {s: v["device"] for s, v in tables()["systems"].items() if v.get("device")}
 FRAMEWORKS = ("trtllm", "vllm", "sglang")
 
 
