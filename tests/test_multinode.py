@@ -332,6 +332,27 @@ def test_a_gb200_gpt_oss_row_decodes_within_the_graphs_its_sweep_captured():
     assert case_request(c, decode=True).profile().launch.decode.capture_limit("gb200") == 1024
 
 
+def test_a_row_measured_before_its_configuration_was_merged_takes_the_configuration_as_merged():
+    """Kimi-K2.5's GB200 TensorRT-LLM runs of 2026-04-02: no entry was in force (the configuration reached
+    the campaign's main branch on 2026-04-18, #1026), so the row takes the entries merged then — within
+    MERGED_DAYS — labelled approximate; a row whose only later entries are beyond the window, or whose
+    image differs, takes none."""
+    frame, _ = silicon.read()
+    rows = {r["id"]: r for r in frame.to_dict("records")}
+    row = rows["2026_03_25_kimi_k2_5_gb200_trtllm_fp4_disagg_1024x1024_c192_tp8_0_ep_176"]
+    clean = {k: ("" if v != v else str(v)) for k, v in row.items()}
+    assert multinode._matching(clean, in_force=True) == ()
+    later = multinode.merged_later(clean)
+    assert later and {e.first for e in later} == {"2026-04-18"}
+    c = silicon.map_row(row)
+    assert c.predictable and (c.layout.tp, c.layout.ep, c.batch) == (8, 8, 48)  # 192 over four TP 8 workers
+    assert silicon.ONE_DECODE_WORKER not in c.approximate
+    label = next(a for a in c.approximate if a.startswith(multinode.MERGED_NOTE))
+    assert "in force on 2026-04-02" in label and "merged on 2026-04-18" in label
+    assert multinode.merged_later({**clean, "measured": "2026-03-01"}) == ()  # 48 days before: none
+    assert multinode.merged_later({**clean, "image": "nvcr.io/other:1"}) == ()
+
+
 def test_the_shipped_table_is_the_one_its_manifest_describes():
     import hashlib
 
@@ -344,23 +365,25 @@ def test_the_shipped_table_is_the_one_its_manifest_describes():
 
 
 def test_the_shipped_copy_reads_the_same_rows_as_the_docs_say():
-    """docs/design/validation.md, "The campaign's multi-node configs": 299 rows not priced, 426 labelled,
-    726 given their workers, by system and backend."""
+    """docs/design/validation.md, "The campaign's multi-node configs": 300 rows not priced, 428 labelled,
+    754 given their workers (29 of them by a configuration merged after the run), by system and backend."""
     from collections import Counter
 
     frame, _ = silicon.read()
     cases = {c.id: c for c in silicon.map_frame(frame[frame["mode"] == "disagg"])}
-    mtp, either, workers = Counter(), Counter(), Counter()
+    mtp, either, workers, merged = Counter(), Counter(), Counter(), Counter()
     for row in frame[frame["mode"] == "disagg"].to_dict("records"):
         c, k = cases[row["id"]], (row["system"], row["backend"])
         mtp[k] += (c.reason or "").startswith("ran speculative decoding, MTP in every entry")
         either[k] += any(a.startswith(multinode.EITHER_NOTE) for a in c.approximate)
         workers[k] += any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
+        merged[k] += any(a.startswith(multinode.MERGED_NOTE) for a in c.approximate) or multinode.MERGED_NOTE in (c.reason or "")
     assert +mtp == {("b200_sxm", "sglang"): 27, ("b200_sxm", "trtllm"): 69, ("b300_sxm", "trtllm"): 53,
                     ("gb200", "trtllm"): 61, ("gb300", "trtllm"): 58, ("h100_sxm", "sglang"): 2,
-                    ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4, ("h200_sxm", "trtllm"): 17}
-    assert sum(either.values()) == 426 and sum(workers.values()) == 726
+                    ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4, ("h200_sxm", "trtllm"): 18}
+    assert sum(either.values()) == 428 and sum(workers.values()) == 754
     assert +workers == {("b200_sxm", "sglang"): 66, ("b200_sxm", "trtllm"): 82, ("b300_sxm", "trtllm"): 71,
-                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 144, ("gb300", "sglang"): 64,
+                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 169, ("gb300", "sglang"): 64,
                         ("gb300", "trtllm"): 96, ("h100_sxm", "sglang"): 8, ("h100_sxm", "trtllm"): 38,
-                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 41}
+                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 44}
+    assert +merged == {("gb200", "trtllm"): 25, ("h200_sxm", "trtllm"): 4}

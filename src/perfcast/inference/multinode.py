@@ -41,6 +41,12 @@ MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "kimik2.5": "moonshotai/Kimi-K2.5",
 #: Windows of 1 to 30 days classify the shipped rows alike; 0 days would take 44 rows measured the day
 #: after their configuration's switch to MTP for MTP runs alone.
 RUN_DAYS = 1
+#: a row no entry in force can have measured takes the entries merged within this many days after its day
+#: (:func:`merged_later`): Kimi-K2.5's GB200 TensorRT-LLM runs of 2026-04-02, merged 16 days later
+#: (InferenceX #1026); DeepSeek-R1's H200 ones of 2026-02-14, 11 days later, the same container image
+MERGED_DAYS = 30
+#: how the approximate label of a row priced with a configuration merged after it begins
+MERGED_NOTE = "configuration merged after the run"
 #: how the approximate label of a row both an MTP and a plain entry may have measured begins
 EITHER_NOTE = "speculative or plain"
 #: how the note of a row whose workers the config gives begins
@@ -134,7 +140,26 @@ def _gpus(row: dict, pre: str) -> int | None:
 
 
 def candidates(row: dict) -> tuple[Entry, ...]:
-    """The entries that can have measured a disaggregated InferenceX row (the module's doc)."""
+    """The entries that can have measured a disaggregated InferenceX row (the module's doc); where none
+    was in force, those the campaign merged within ``MERGED_DAYS`` after the row's day (:func:`merged_later`)."""
+    return _matching(row, in_force=True) or merged_later(row)
+
+
+def merged_later(row: dict) -> tuple[Entry, ...]:
+    """The entries first in force within ``MERGED_DAYS`` after a row's day, of the first such day, that
+    would have measured it: a result from before its configuration reached the campaign's main branch is
+    its pull request's run (InferenceX runs a pull request's sweep before merging it), and the configuration
+    as merged is the nearest evidence of the one that ran — labelled approximate (``MERGED_NOTE``)."""
+    day = row.get("measured") or ""
+    if not day:
+        return ()
+    last = (date.fromisoformat(day) + timedelta(days=MERGED_DAYS)).isoformat()
+    later = [e for e in _matching(row, in_force=False) if day < e.first <= last]
+    first = min((e.first for e in later), default=None)
+    return tuple(e for e in later if e.first == first)
+
+
+def _matching(row: dict, *, in_force: bool) -> tuple[Entry, ...]:
     day, image, c = row.get("measured") or "", row.get("image") or "", _int(row, "concurrency")
     since = (date.fromisoformat(day) - timedelta(days=RUN_DAYS)).isoformat() if day else ""
     found = []
@@ -143,7 +168,8 @@ def candidates(row: dict) -> tuple[Entry, ...]:
                 or e.model_path != campaign_model(row.get("model_path", "")) or e.precision != row.get("precision")
                 or (e.isl, e.osl) != (_int(row, "isl"), _int(row, "osl"))
                 or c not in e.concurrencies | e.recipe_concurrencies
-                or (image and e.image != image) or (day and not (e.first <= day and (not e.until or e.until >= since)))):
+                or (image and e.image != image)
+                or (in_force and day and not (e.first <= day and (not e.until or e.until >= since)))):
             continue
         if any(_gpus(row, pre) not in (None, pool.tp) or _int(row, f"{pre}num_workers") not in (None, pool.workers)
                for pre, pool in (("prefill_", e.prefill), ("decode_", e.decode))):
@@ -170,6 +196,7 @@ class Resolution:
     note: str | None = None  # the workers the config gives
     recipe: Entry | None = None  # the one plain entry's srt-slurm recipe settings, where all agree
     limits: Entry | None = None  # a plain entry whose decode batch limit and CUDA graphs all the plain ones share
+    merged: str | None = None  # approximate: the entries were merged after the row was measured
 
 
 def _agreed(entries: list[Entry], settings) -> Entry | None:
@@ -183,10 +210,15 @@ def resolve(row: dict) -> Resolution:
     """The row, with the worker pools the campaign's config gives where the row states no worker
     counts, for a disaggregated InferenceX row. Not priced where every entry that can have measured
     it ran MTP (its TPOT depends on an acceptance rate neither the row nor the campaign states);
-    labelled approximate where MTP and plain entries both can have (priced as the plain one)."""
+    labelled approximate where MTP and plain entries both can have (priced as the plain one), and where
+    the entries were merged after the row's day (:func:`merged_later`)."""
     if row.get("mode") != "disagg" or row.get("benchmark") != "inferencex":
         return Resolution(row)
-    found = candidates(row)
+    found, merged = _matching(row, in_force=True), None
+    if not found and (found := merged_later(row)):
+        merged = (f"{MERGED_NOTE}: no entry of the campaign's multi-node configs that can have measured this row "
+                  f"was in force on {row.get('measured')}; priced with the configuration merged on {found[0].first} "
+                  f"({found[0].source()}; {TABLE}), presumably its pull request's run")
     if not found:
         return Resolution(row)
     c, day = row.get("concurrency"), row.get("measured") or "an unstated day"
@@ -195,7 +227,7 @@ def resolve(row: dict) -> Resolution:
         return Resolution(row, (f"ran speculative decoding, MTP in every entry of the campaign's multi-node configs "
                                 f"that can have measured it (concurrency {c}, {day}: "
                                 f"{'; '.join(e.source() for e in mtp[:3])}; {TABLE}); the row states no acceptance "
-                                f"rate, on which its TPOT depends"))
+                                f"rate, on which its TPOT depends" + (f" ({merged})" if merged else "")))
     plain = [e for e in found if not e.mtp]
     either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
@@ -203,12 +235,12 @@ def resolve(row: dict) -> Resolution:
     limits = _agreed(plain, lambda e: (e.max_batch, e.cuda_graph))
     pools = {(e.prefill, e.decode) for e in plain}
     if _int(row, "decode_num_workers") or len(pools) != 1:
-        return Resolution(row, None, either, None, recipe, limits)
+        return Resolution(row, None, either, None, recipe, limits, merged)
     (prefill, decode), = pools
     note = (f"{WORKERS_NOTE}: prefill {prefill}, decode {decode} ({plain[0].source()}; {TABLE}); the decode batch is "
             f"the concurrency over the decode workers' attention-DP ranks, as the campaign's database dump states it")
     return Resolution({**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note,
-                      recipe, limits)
+                      recipe, limits, merged)
 
 
 #: how a case's note naming its recipe's (or its launcher's) settings begins

@@ -342,7 +342,7 @@ def map_row(row: dict) -> Case:
     configs = multinode.resolve(row)
     row = configs.row
     base = replace(base, notes=base.notes + ((configs.note,) if configs.note else ()),
-                   approximate=base.approximate + ((configs.either,) if configs.either else ()))
+                   approximate=base.approximate + tuple(x for x in (configs.merged, configs.either) if x))
     layout, batch, why, assumed = _layout(row, catalog_model(base.model).data, base.mode == "disagg")
     base = replace(base, layout=layout, batch=batch, approximate=base.approximate + assumed)
     if why or configs.reason:
