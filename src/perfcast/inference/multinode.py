@@ -217,8 +217,8 @@ def resolve(row: dict) -> Resolution:
     found, merged = _matching(row, in_force=True), None
     if not found and (found := merged_later(row)):
         merged = (f"{MERGED_NOTE}: no entry of the campaign's multi-node configs that can have measured this row "
-                  f"was in force on {row.get('measured')}; priced with the configuration merged on {found[0].first} "
-                  f"({found[0].source()}; {TABLE}), presumably its pull request's run")
+                  f"was in force on {row.get('measured')}; the configuration merged on {found[0].first} stands in "
+                  f"({found[0].source()}; {TABLE}), the run presumably its pull request's")
     if not found:
         return Resolution(row)
     c, day = row.get("concurrency"), row.get("measured") or "an unstated day"
