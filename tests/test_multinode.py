@@ -353,6 +353,22 @@ def test_a_row_measured_before_its_configuration_was_merged_takes_the_configurat
     assert multinode.merged_later({**clean, "image": "nvcr.io/other:1"}) == ()
 
 
+def test_entries_that_agree_on_the_decode_pool_alone_give_the_decode_workers():
+    """DeepSeek-R1 FP8 on H200 at 288 clients: the two entries that can have measured it run the same
+    nine TEP 8 decode workers (the same recipe, c32_ctx1_gen9_tep8) behind different prefill pools. The
+    decode step depends on the decode pool alone, so the row takes it — 288 / 9 = 32 sequences a worker,
+    not one worker holding all 288 — and keeps its own prefill columns."""
+    frame, _ = silicon.read()
+    rows = {r["id"]: r for r in frame.to_dict("records")}
+    c = silicon.map_row(rows["2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_disagg_1024x1024_c288_tp8_0_ep8_0_353"])
+    assert c.predictable and silicon.ONE_DECODE_WORKER not in c.approximate
+    assert (c.layout.tp, c.layout.ep, c.layout.attention_dp, c.batch, c.decode_workers) == (8, 8, False, 32, 9)
+    note = next(n for n in c.notes if n.startswith(multinode.WORKERS_NOTE))
+    assert note.startswith(f"{multinode.WORKERS_NOTE}: decode 9 × (tp 8, ep 8) (")
+    assert "differ in their prefill pools (1 × (tp 8, ep 8), 1 × (tp 8, ep 8, attention DP))" in note
+    assert c.prefill_workers is None  # the row states none, and the entries disagree
+
+
 def test_the_shipped_table_is_the_one_its_manifest_describes():
     import hashlib
 
@@ -366,24 +382,28 @@ def test_the_shipped_table_is_the_one_its_manifest_describes():
 
 def test_the_shipped_copy_reads_the_same_rows_as_the_docs_say():
     """docs/design/validation.md, "The campaign's multi-node configs": 300 rows not priced, 428 labelled,
-    754 given their workers (29 of them by a configuration merged after the run), by system and backend."""
+    807 given their workers (29 of them by a configuration merged after the run, 53 their decode pool
+    alone), by system and backend."""
     from collections import Counter
 
     frame, _ = silicon.read()
     cases = {c.id: c for c in silicon.map_frame(frame[frame["mode"] == "disagg"])}
-    mtp, either, workers, merged = Counter(), Counter(), Counter(), Counter()
+    mtp, either, workers, merged, decode = Counter(), Counter(), Counter(), Counter(), Counter()
     for row in frame[frame["mode"] == "disagg"].to_dict("records"):
         c, k = cases[row["id"]], (row["system"], row["backend"])
         mtp[k] += (c.reason or "").startswith("ran speculative decoding, MTP in every entry")
         either[k] += any(a.startswith(multinode.EITHER_NOTE) for a in c.approximate)
         workers[k] += any(n.startswith(multinode.WORKERS_NOTE) for n in c.notes)
         merged[k] += any(a.startswith(multinode.MERGED_NOTE) for a in c.approximate) or multinode.MERGED_NOTE in (c.reason or "")
+        decode[k] += any(n.startswith(multinode.WORKERS_NOTE) and "differ in their prefill pools" in n for n in c.notes)
     assert +mtp == {("b200_sxm", "sglang"): 27, ("b200_sxm", "trtllm"): 69, ("b300_sxm", "trtllm"): 53,
                     ("gb200", "trtllm"): 61, ("gb300", "trtllm"): 58, ("h100_sxm", "sglang"): 2,
                     ("h100_sxm", "trtllm"): 8, ("h200_sxm", "sglang"): 4, ("h200_sxm", "trtllm"): 18}
-    assert sum(either.values()) == 428 and sum(workers.values()) == 754
-    assert +workers == {("b200_sxm", "sglang"): 66, ("b200_sxm", "trtllm"): 82, ("b300_sxm", "trtllm"): 71,
-                        ("gb200", "sglang"): 92, ("gb200", "trtllm"): 169, ("gb300", "sglang"): 64,
+    assert sum(either.values()) == 428 and sum(workers.values()) == 807
+    assert +workers == {("b200_sxm", "sglang"): 77, ("b200_sxm", "trtllm"): 92, ("b300_sxm", "trtllm"): 71,
+                        ("gb200", "sglang"): 96, ("gb200", "trtllm"): 169, ("gb300", "sglang"): 64,
                         ("gb300", "trtllm"): 96, ("h100_sxm", "sglang"): 8, ("h100_sxm", "trtllm"): 38,
-                        ("h200_sxm", "sglang"): 24, ("h200_sxm", "trtllm"): 44}
+                        ("h200_sxm", "sglang"): 27, ("h200_sxm", "trtllm"): 69}
+    assert +decode == {("b200_sxm", "sglang"): 11, ("b200_sxm", "trtllm"): 10, ("gb200", "sglang"): 4,
+                       ("h200_sxm", "sglang"): 3, ("h200_sxm", "trtllm"): 25}
     assert +merged == {("gb200", "trtllm"): 25, ("h200_sxm", "trtllm"): 4}

@@ -208,7 +208,8 @@ def _agreed(entries: list[Entry], settings) -> Entry | None:
 
 def resolve(row: dict) -> Resolution:
     """The row, with the worker pools the campaign's config gives where the row states no worker
-    counts, for a disaggregated InferenceX row. Not priced where every entry that can have measured
+    counts (the decode pool alone where the entries agree on it and not on the prefill pool), for a
+    disaggregated InferenceX row. Not priced where every entry that can have measured
     it ran MTP (its TPOT depends on an acceptance rate neither the row nor the campaign states);
     labelled approximate where MTP and plain entries both can have (priced as the plain one), and where
     the entries were merged after the row's day (:func:`merged_later`)."""
@@ -233,14 +234,22 @@ def resolve(row: dict) -> Resolution:
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
     recipe = _agreed(plain, lambda e: (e.kv_cache_dtype, e.moe_backend))
     limits = _agreed(plain, lambda e: (e.max_batch, e.cuda_graph))
-    pools = {(e.prefill, e.decode) for e in plain}
-    if _int(row, "decode_num_workers") or len(pools) != 1:
+    decodes, prefills = {e.decode for e in plain}, sorted({e.prefill for e in plain}, key=str)
+    if _int(row, "decode_num_workers") or len(decodes) != 1:
         return Resolution(row, None, either, None, recipe, limits, merged)
-    (prefill, decode), = pools
-    note = (f"{WORKERS_NOTE}: prefill {prefill}, decode {decode} ({plain[0].source()}; {TABLE}); the decode batch is "
-            f"the concurrency over the decode workers' attention-DP ranks, as the campaign's database dump states it")
-    return Resolution({**row, **_columns("prefill_", prefill), **_columns("decode_", decode)}, None, either, note,
-                      recipe, limits, merged)
+    (decode,) = decodes
+    batch = ("the decode batch is the concurrency over the decode workers' attention-DP ranks, as the campaign's "
+             "database dump states it")
+    if len(prefills) == 1:
+        note = f"{WORKERS_NOTE}: prefill {prefills[0]}, decode {decode} ({plain[0].source()}; {TABLE}); {batch}"
+        return Resolution({**row, **_columns("prefill_", prefills[0]), **_columns("decode_", decode)}, None, either,
+                          note, recipe, limits, merged)
+    # the entries agree on the decode pool, which sets the decode step, and differ in the prefill pool: the
+    # decode pool is taken, the prefill pool stays as the row states it (its worker count unknown)
+    note = (f"{WORKERS_NOTE}: decode {decode} ({'; '.join(e.source() for e in plain[:2])}; {TABLE}); {batch}; "
+            f"the entries differ in their prefill pools ({', '.join(map(str, prefills))}), so the row's own prefill "
+            f"columns stay")
+    return Resolution({**row, **_columns("decode_", decode)}, None, either, note, recipe, limits, merged)
 
 
 #: how a case's note naming its recipe's (or its launcher's) settings begins
