@@ -215,13 +215,13 @@ def resolve(row: dict) -> Resolution:
     the entries were merged after the row's day (:func:`merged_later`)."""
     if row.get("mode") != "disagg" or row.get("benchmark") != "inferencex":
         return Resolution(row)
-    found, merged = _matching(row, in_force=True), None
-    if not found and (found := merged_later(row)):
-        merged = (f"{MERGED_NOTE}: no entry of the campaign's multi-node configs that can have measured this row "
-                  f"was in force on {row.get('measured')}; the configuration merged on {found[0].first} stands in "
-                  f"({found[0].source()}; {TABLE}), the run presumably its pull request's")
+    found = candidates(row)
     if not found:
         return Resolution(row)
+    measured = row.get("measured") or ""
+    merged = (f"{MERGED_NOTE}: no entry of the campaign's multi-node configs that can have measured this row was in "
+              f"force on {measured}; the configuration merged on {found[0].first} stands in ({found[0].source()}; "
+              f"{TABLE}), the run presumably its pull request's") if measured and found[0].first > measured else None
     c, day = row.get("concurrency"), row.get("measured") or "an unstated day"
     mtp = [e for e in found if e.mtp]
     if len(mtp) == len(found):
