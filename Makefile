@@ -28,6 +28,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/kernel_accuracy.py
 	$(VENV)/bin/python benchmarks/dsa_module_accuracy.py
+	$(VENV)/bin/python benchmarks/mla_module_accuracy.py
 	$(VENV)/bin/python benchmarks/flash_attention_grid.py
 	$(VENV)/bin/python benchmarks/textgen_cold.py
 	$(VENV)/bin/python benchmarks/lookup_speed.py

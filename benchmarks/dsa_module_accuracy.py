@@ -61,11 +61,14 @@ def shipped() -> pd.DataFrame:
 
 
 class Module:
-    """One layer's DSA module of a deployment, priced by ``pricing``, as functions of (B, S, C):
-    ``device_s`` (its kernels' time and launch latency) and ``kernels`` (launches per layer)."""
+    """One layer's attention module of a deployment, priced by ``pricing``, as functions of (B, S, C):
+    ``device_s`` (its kernels' time and launch latency) and ``kernels`` (launches per layer); without the
+    kernels in ``stubbed`` (what a collector does not run) and the all-reduce."""
 
-    def __init__(self, model: str, device: str, tp: int, kv_dtype: str, decode: bool, tokens: int, pricing: str):
-        dep = Deployment(model=model, device=device, engine="sglang", layout=Layout(tp=tp), kv_dtype=kv_dtype)
+    def __init__(self, model: str, device: str, tp: int, kv_dtype: str, decode: bool, tokens: int, pricing: str,
+                 *, engine: str = "sglang", quantize: str | None = None, stubbed: frozenset = STUBBED_KERNELS):
+        dep = Deployment(model=model, device=device, engine=engine, layout=Layout(tp=tp), kv_dtype=kv_dtype,
+                         quantize=quantize)
         proto = dep.request(decode=True, batch=2, length=2)
         profile = proto.profile()
         rank = replace(proto.model, data=par.rank_config(proto.model.data, dep.layout))
@@ -84,7 +87,7 @@ class Module:
         layers = defaultdict(list)
         for lt in r.leaves:
             m = LAYER.match(str(lt.leaf.attr("module") or ""))
-            if m and lt.leaf.attr("kernel") not in STUBBED_KERNELS and lt.leaf.kind != "all_reduce":
+            if m and lt.leaf.attr("kernel") not in stubbed and lt.leaf.kind != "all_reduce":
                 layers[int(m.group(1))].append(lt)
         # the layer group the most layers share (GLM-5's and DeepSeek-V3.2's MoE layers); each of its leaves
         # is one kernel of every layer of the group (trips: the layers)
@@ -101,26 +104,31 @@ class Module:
         self.host_s = float(launch.host_interval_s)
 
 
-def price(rows: pd.DataFrame, pricing: str) -> pd.DataFrame:
+def price(rows: pd.DataFrame, pricing: str, *, engine: str = "sglang", stubbed: frozenset = STUBBED_KERNELS,
+          graphed: bool = False) -> pd.DataFrame:
     """Each row's module priced (seconds): ``device_s``, ``host_s`` (kernels × the host interval;
-    0 for a CUDA-graph replay) and ``price_s`` (the larger)."""
+    0 for a CUDA-graph replay, and for every row where the collector ``graphed`` them all) and
+    ``price_s`` (the larger). A ``quantize`` column, where the rows have one, is each row's
+    ``--quantize`` ("" for the checkpoint's own)."""
     out = []
-    keys = ["device", "model", "kv_dtype", "tp", "phase"]
-    for (device, model, kv, tp, phase), g in rows.groupby(keys, sort=True):
+    rows = rows if "quantize" in rows else rows.assign(quantize="")
+    keys = ["device", "model", "kv_dtype", "tp", "phase", "quantize"]
+    for (device, model, kv, tp, phase, quant), g in rows.groupby(keys, sort=True):
         decode = phase == "decode"
         tokens = (g.batch * g.new_tokens).astype(int)
-        proto = Deployment(model=model, device=device, engine="sglang", layout=Layout(tp=int(tp)),
-                           kv_dtype=kv).request(decode=True, batch=2, length=2)
+        proto = Deployment(model=model, device=device, engine=engine, layout=Layout(tp=int(tp)), kv_dtype=kv,
+                           quantize=quant or None).request(decode=True, batch=2, length=2)
         profile, modules, by_tokens = proto.profile(), {}, {}
         for tok in sorted(set(tokens)):  # one lowering per size decision of the engine
             key = decisions(profile, proto, int(tok), decode)
             if key not in modules:
-                modules[key] = Module(model, device, int(tp), kv, decode, int(tok), pricing)
+                modules[key] = Module(model, device, int(tp), kv, decode, int(tok), pricing, engine=engine,
+                                      quantize=quant or None, stubbed=stubbed)
             by_tokens[tok] = modules[key]
         for i, r in g.iterrows():
             mod = by_tokens[int(r.batch * r.new_tokens)]
             dev = float(mod.device_s(float(r.batch), float(r.new_tokens), float(r.past)))
-            host = mod.kernels * mod.host_s
+            host = 0.0 if graphed else mod.kernels * mod.host_s
             out.append((i, dev, host, max(dev, host), mod.kernels))
     p = pd.DataFrame(out, columns=["index", "device_s", "host_s", "price_s", "kernels"]).set_index("index")
     return rows.join(p)

@@ -39,6 +39,13 @@ COLUMNS = ["device", "phase", "model", "kv_dtype", "tp", "heads", "batch", "new_
            "latency_ms"]
 
 
+def sample(g: pd.DataFrame, per_group: int, rng: np.random.Generator) -> pd.DataFrame:
+    """At most ``per_group`` rows of one group, drawn with ``rng`` from the rows sorted by batch, isl,
+    step and kernel source (the order the draw is reproducible in)."""
+    g = g.sort_values(["batch_size", "isl", "step", "kernel_source"]).reset_index(drop=True)
+    return g.iloc[np.sort(rng.choice(len(g), size=min(per_group, len(g)), replace=False))]
+
+
 def rows(aic: Path, per_group: int) -> pd.DataFrame:
     from perfcast.inference.silicon import tables
 
@@ -53,9 +60,7 @@ def rows(aic: Path, per_group: int) -> pd.DataFrame:
             t = t[(t.op_name == f"dsa_{phase}_module") & t.model.isin(MODELS) & t.tp_size.isin([4, 8])
                   & (t.gemm_type == "fp8_block")]
             for key, g in t.groupby(["model", "kv_cache_dtype", "tp_size"], sort=True):
-                g = g.sort_values(["batch_size", "isl", "step", "kernel_source"]).reset_index(drop=True)
-                pick = g.iloc[np.sort(rng.choice(len(g), size=min(per_group, len(g)), replace=False))]
-                for r in pick.itertuples():
+                for r in sample(g, per_group, rng).itertuples():
                     out.append((device, "decode" if phase == "generation" else "prefill", MODELS[r.model],
                                 KV[r.kv_cache_dtype], int(r.tp_size), int(r.num_heads), int(r.batch_size),
                                 1 if phase == "generation" else int(r.isl), int(r.step), r.kernel_source,
