@@ -161,12 +161,13 @@ def summary(rows: pd.DataFrame) -> dict:
     return doc
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run(argv, description: str, rows: pd.DataFrame, summarize, tables: tuple, title: str, footer) -> int:
+    """The command line of a module benchmark: ``--device`` (repeatable) and ``--json``; the figures of
+    ``summarize(rows)`` as JSON, or as one table per (key, title) of ``tables`` and the ``footer(doc)`` line."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--device", action="append", help="only these devices (default: the six in the file)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args(argv)
-    rows = shipped()
     if a.device:
         unknown = sorted(set(a.device) - set(rows.device))
         if unknown:
@@ -174,38 +175,51 @@ def main(argv=None) -> int:
             return 2
         rows = rows[rows.device.isin(a.device)]
     t0 = time.perf_counter()
-    doc = summary(rows)
+    doc = summarize(rows)
     doc["seconds"] = time.perf_counter() - t0
     if a.json:
         json.dump(doc, sys.stdout, indent=2)
         print()
         return 0
-    _render(doc)
+    _render(doc, tables, title, footer(doc))
     return 0
 
 
-def _render(doc: dict) -> None:
+def _render(doc: dict, tables: tuple, title: str, footer: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     c = Console(width=150)
     ana, roof = doc["pricings"]["analytic"], doc["pricings"]["roofline"]
-    for key, title in (("phase", "phase"), ("bound", "what bounds perfcast's price"),
-                       ("path", "phase / SGLang's kernel path"), ("device", "phase / device"),
-                       ("model", "phase / model"), ("kv_dtype", "phase / KV-cache dtype")):
-        t = Table(title=f"DSA module (one layer) vs SGLang 0.5.14's measurements, by {title}")
-        for col in (title, "rows", "median", "p90", "signed", "naive roofline median", "signed"):
-            t.add_column(col, justify="left" if col == title else "right")
+    for key, by in tables:
+        t = Table(title=f"{title}, by {by}")
+        for col in (by, "rows", "median", "p90", "signed", "naive roofline median", "signed"):
+            t.add_column(col, justify="left" if col == by else "right")
         for k, s in ana[key].items():
             r = roof[key][k]
             t.add_row(k, f"{s['rows']:,}", f"{s['median']:.1%}", f"{s['p90']:.1%}", f"{s['signed_median']:+.1%}",
                       f"{r['median']:.1%}", f"{r['signed_median']:+.1%}")
         c.print(t)
-    s = ana["all"]
-    c.print(f"all {s['rows']:,} modules: median {s['median']:.1%}, p90 {s['p90']:.1%}, signed {s['signed_median']:+.1%}"
-            f" (naive roofline {roof['all']['median']:.1%}); prefill modules host-bound (kernels × host interval "
-            f"> device time): {ana['host_bound_share']:.0%}")
+    c.print(footer)
     c.print(f"{doc['seconds']:.0f} s")
+
+
+def _all(doc: dict) -> str:
+    """The line of every module's figures, the naive roofline's beside."""
+    s, r = doc["pricings"]["analytic"]["all"], doc["pricings"]["roofline"]["all"]
+    return (f"all {s['rows']:,} modules: median {s['median']:.1%}, p90 {s['p90']:.1%}, signed {s['signed_median']:+.1%}"
+            f" (naive roofline {r['median']:.1%}, signed {r['signed_median']:+.1%})")
+
+
+TABLES = (("phase", "phase"), ("bound", "what bounds perfcast's price"), ("path", "phase / SGLang's kernel path"),
+          ("device", "phase / device"), ("model", "phase / model"), ("kv_dtype", "phase / KV-cache dtype"))
+
+
+def main(argv=None) -> int:
+    return run(argv, __doc__.split("\n")[0], shipped(), summary, TABLES,
+               "DSA module (one layer) vs SGLang 0.5.14's measurements",
+               lambda doc: f"{_all(doc)}; prefill modules host-bound (kernels × host interval > device time): "
+                           f"{doc['pricings']['analytic']['host_bound_share']:.0%}")
 
 
 if __name__ == "__main__":

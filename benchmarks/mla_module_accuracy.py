@@ -18,18 +18,14 @@ baseline is the naive datasheet roofline of the same leaves.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dsa_module_accuracy import PRICINGS, price, stats  # noqa: E402
+from dsa_module_accuracy import PRICINGS, _all, price, run, stats  # noqa: E402
 
 #: the row's GEMM type → perfcast's --quantize of deepseek-v3 ("": the checkpoint's own block-scaled FP8)
 QUANTIZE = {"bf16": "none", "fp8_block": "", "nvfp4": "fp4"}
@@ -60,50 +56,13 @@ def summary(rows: pd.DataFrame) -> dict:
     return doc
 
 
+TABLES = (("phase", "phase"), ("device", "phase / device"), ("gemm", "phase / GEMM type"),
+          ("kv_dtype", "phase / KV-cache dtype"), ("heads", "phase / heads per rank"), ("batch", "phase / batch"))
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", action="append", help="only these devices (default: the six in the file)")
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    a = ap.parse_args(argv)
-    rows = shipped()
-    if a.device:
-        unknown = sorted(set(a.device) - set(rows.device))
-        if unknown:
-            print(f"--device {unknown[0]}: no rows (the file has {', '.join(sorted(set(rows.device)))})", file=sys.stderr)
-            return 2
-        rows = rows[rows.device.isin(a.device)]
-    t0 = time.perf_counter()
-    doc = summary(rows)
-    doc["seconds"] = time.perf_counter() - t0
-    if a.json:
-        json.dump(doc, sys.stdout, indent=2)
-        print()
-        return 0
-    _render(doc)
-    return 0
-
-
-def _render(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    c = Console(width=150)
-    ana, roof = doc["pricings"]["analytic"], doc["pricings"]["roofline"]
-    for key, title in (("phase", "phase"), ("device", "phase / device"), ("gemm", "phase / GEMM type"),
-                       ("kv_dtype", "phase / KV-cache dtype"), ("heads", "phase / heads per rank"),
-                       ("batch", "phase / batch")):
-        t = Table(title=f"MLA module (one layer) vs TensorRT-LLM 1.3.0rc20's measurements, by {title}")
-        for col in (title, "rows", "median", "p90", "signed", "naive roofline median", "signed"):
-            t.add_column(col, justify="left" if col == title else "right")
-        for k, s in ana[key].items():
-            r = roof[key][k]
-            t.add_row(k, f"{s['rows']:,}", f"{s['median']:.1%}", f"{s['p90']:.1%}", f"{s['signed_median']:+.1%}",
-                      f"{r['median']:.1%}", f"{r['signed_median']:+.1%}")
-        c.print(t)
-    s = ana["all"]
-    c.print(f"all {s['rows']:,} modules: median {s['median']:.1%}, p90 {s['p90']:.1%}, signed {s['signed_median']:+.1%}"
-            f" (naive roofline {roof['all']['median']:.1%}, signed {roof['all']['signed_median']:+.1%})")
-    c.print(f"{doc['seconds']:.0f} s")
+    return run(argv, __doc__.split("\n")[0], shipped(), summary, TABLES,
+               "MLA module (one layer) vs TensorRT-LLM 1.3.0rc20's measurements", _all)
 
 
 if __name__ == "__main__":

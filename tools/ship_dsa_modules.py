@@ -46,41 +46,52 @@ def sample(g: pd.DataFrame, per_group: int, rng: np.random.Generator) -> pd.Data
     return g.iloc[np.sort(rng.choice(len(g), size=min(per_group, len(g)), replace=False))]
 
 
-def rows(aic: Path, per_group: int) -> pd.DataFrame:
+def module_tables(aic: Path, path_of):
+    """(perfcast device, phase — decode or prefill —, aiconfigurator's table) of every system's generation
+    and context module table, ``path_of(system, phase)`` its path under ``aic``."""
     from perfcast.inference.silicon import tables
 
     devices = tables()["systems"]   # aiconfigurator system -> perfcast device, as the validation maps them
+    for system in SYSTEMS:
+        for phase in ("generation", "context"):
+            yield (devices[system]["device"], "decode" if phase == "generation" else "prefill",
+                   pd.read_parquet(aic / path_of(system, phase)))
+
+
+def rows(aic: Path, per_group: int) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     out = []
-    for system in SYSTEMS:
-        device = devices[system]["device"]
-        for phase in ("generation", "context"):
-            rel = f"systems/data/{system}/sparse_attention/sglang/{VERSION}/dsa_{phase}_module_perf.parquet"
-            t = pd.read_parquet(aic / rel)
-            t = t[(t.op_name == f"dsa_{phase}_module") & t.model.isin(MODELS) & t.tp_size.isin([4, 8])
-                  & (t.gemm_type == "fp8_block")]
-            for key, g in t.groupby(["model", "kv_cache_dtype", "tp_size"], sort=True):
-                for r in sample(g, per_group, rng).itertuples():
-                    out.append((device, "decode" if phase == "generation" else "prefill", MODELS[r.model],
-                                KV[r.kv_cache_dtype], int(r.tp_size), int(r.num_heads), int(r.batch_size),
-                                1 if phase == "generation" else int(r.isl), int(r.step), r.kernel_source,
-                                float(r.latency)))
+    path = "systems/data/{}/sparse_attention/sglang/" + VERSION + "/dsa_{}_module_perf.parquet"
+    for device, phase, t in module_tables(aic, path.format):
+        t = t[t.op_name.str.endswith("_module") & t.model.isin(MODELS) & t.tp_size.isin([4, 8])
+              & (t.gemm_type == "fp8_block")]
+        for key, g in t.groupby(["model", "kv_cache_dtype", "tp_size"], sort=True):
+            for r in sample(g, per_group, rng).itertuples():
+                out.append((device, phase, MODELS[r.model], KV[r.kv_cache_dtype], int(r.tp_size), int(r.num_heads),
+                            int(r.batch_size), 1 if phase == "decode" else int(r.isl), int(r.step), r.kernel_source,
+                            float(r.latency)))
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def ship(argv, description: str, rows_of, out: Path, per_group: int) -> int:
+    """The command line of a module-table shipper: ``--aic-root`` (the aiconfigurator_core folder) and
+    ``--per-group``; writes ``rows_of(aic_root, per_group)`` to ``out`` and prints its sha256."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--aic-root", required=True, type=Path, help="the aiconfigurator_core package folder")
-    p.add_argument("--per-group", type=int, default=50)
+    p.add_argument("--per-group", type=int, default=per_group)
     a = p.parse_args(argv)
     if not (a.aic_root / "systems" / "data").is_dir():
         print(f"--aic-root {a.aic_root}: no systems/data folder (expected aiconfigurator_core from "
               f"aiconfigurator-core 0.12.0)", file=sys.stderr)
         return 2
-    d = rows(a.aic_root, a.per_group)
-    d.to_csv(OUT, index=False, float_format="%.6g")
-    print(f"{OUT.relative_to(ROOT)}: {len(d)} rows, sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}")
+    d = rows_of(a.aic_root, a.per_group)
+    d.to_csv(out, index=False, float_format="%.6g")
+    print(f"{out.relative_to(ROOT)}: {len(d)} rows, sha256 {hashlib.sha256(out.read_bytes()).hexdigest()}")
     return 0
+
+
+def main(argv=None) -> int:
+    return ship(argv, __doc__.splitlines()[0], rows, OUT, 50)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ element-wise ops launch one by one where the served model fuses them. Usage::
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ship_dsa_modules import KV, SYSTEMS, sample
+from ship_dsa_modules import KV, module_tables, sample, ship
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "perfcast" / "data" / "validation" / "mla_modules.csv"
@@ -41,38 +39,21 @@ COLUMNS = ["device", "phase", "model", "gemm", "kv_dtype", "tp", "heads", "batch
 
 
 def rows(aic: Path, per_group: int) -> pd.DataFrame:
-    from perfcast.inference.silicon import tables
-
-    devices = tables()["systems"]   # aiconfigurator system -> perfcast device, as the validation maps them
     rng = np.random.default_rng(0)
     out = []
-    for system in SYSTEMS:
-        device = devices[system]["device"]
-        for phase in ("generation", "context"):
-            t = pd.read_parquet(aic / f"systems/data/{system}/mla/trtllm/{VERSION}/mla_{phase}_module_perf.parquet")
-            t = t[(t.op_name == f"mla_{phase}_module") & (t.model == "deepseek-ai/DeepSeek-V3")
-                  & t.num_heads.isin(HEADS) & t.gemm_type.isin(GEMM) & (t.tp_size == 1)].assign(kernel_source="")
-            for (gemm, kv, heads), g in t.groupby(["gemm_type", "kv_cache_dtype", "num_heads"], sort=True):
-                for r in sample(g, per_group, rng).itertuples():
-                    out.append((device, "decode" if phase == "generation" else "prefill", "deepseek-v3",
-                                GEMM[gemm], KV[kv], 128 // int(heads), int(heads), int(r.batch_size),
-                                1 if phase == "generation" else int(r.isl), int(r.step), float(r.latency)))
+    path = "systems/data/{}/mla/trtllm/" + VERSION + "/mla_{}_module_perf.parquet"
+    for device, phase, t in module_tables(aic, path.format):
+        t = t[t.op_name.str.endswith("_module") & (t.model == "deepseek-ai/DeepSeek-V3") & t.num_heads.isin(HEADS)
+              & t.gemm_type.isin(GEMM) & (t.tp_size == 1)].assign(kernel_source="")
+        for (gemm, kv, heads), g in t.groupby(["gemm_type", "kv_cache_dtype", "num_heads"], sort=True):
+            for r in sample(g, per_group, rng).itertuples():
+                out.append((device, phase, "deepseek-v3", GEMM[gemm], KV[kv], 128 // int(heads), int(heads),
+                            int(r.batch_size), 1 if phase == "decode" else int(r.isl), int(r.step), float(r.latency)))
     return pd.DataFrame(out, columns=COLUMNS)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--aic-root", required=True, type=Path, help="the aiconfigurator_core package folder")
-    p.add_argument("--per-group", type=int, default=20)
-    a = p.parse_args(argv)
-    if not (a.aic_root / "systems" / "data").is_dir():
-        print(f"--aic-root {a.aic_root}: no systems/data folder (expected aiconfigurator_core from "
-              f"aiconfigurator-core 0.12.0)", file=sys.stderr)
-        return 2
-    d = rows(a.aic_root, a.per_group)
-    d.to_csv(OUT, index=False, float_format="%.6g")
-    print(f"{OUT.relative_to(ROOT)}: {len(d)} rows, sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}")
-    return 0
+    return ship(argv, __doc__.splitlines()[0], rows, OUT, 20)
 
 
 if __name__ == "__main__":
