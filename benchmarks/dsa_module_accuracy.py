@@ -140,6 +140,14 @@ def stats(err: np.ndarray) -> dict:
             "signed_median": float(np.median(err))}
 
 
+def figures(priced: pd.DataFrame, groups: tuple) -> dict:
+    """The error figures of priced rows (an ``err`` column): all of them, and per (key, columns) of
+    ``groups`` one entry per value of the columns (named "a / b")."""
+    return {"all": stats(priced.err.values),
+            **{k: {" / ".join(map(str, v)): stats(g.err.values) for v, g in priced.groupby(cols, sort=True)}
+               for k, cols in groups}}
+
+
 def summary(rows: pd.DataFrame) -> dict:
     """Figures per pricing by phase, by the kernel path the engine took, by device and by model."""
     doc = {"rows": int(len(rows)), "pricings": {}}
@@ -150,12 +158,9 @@ def summary(rows: pd.DataFrame) -> dict:
                                         np.where(priced.host_s > 0, ", device-bound eager", ", CUDA graph"))
         priced = priced.assign(err=err, bound=bound)
         doc["pricings"][pricing] = {
-            "all": stats(err.values),
-            **{k: {str(v if not isinstance(v, tuple) else " / ".join(map(str, v))): stats(g.err.values)
-                   for v, g in priced.groupby(cols, sort=True)}
-               for k, cols in (("phase", "phase"), ("bound", "bound"), ("path", ["phase", "kernel_source"]),
-                               ("device", ["phase", "device"]),
-                               ("model", ["phase", "model"]), ("kv_dtype", ["phase", "kv_dtype"]))},
+            **figures(priced, (("phase", ["phase"]), ("bound", ["bound"]), ("path", ["phase", "kernel_source"]),
+                               ("device", ["phase", "device"]), ("model", ["phase", "model"]),
+                               ("kv_dtype", ["phase", "kv_dtype"]))),
             "host_bound_share": float((priced.host_s > priced.device_s)[priced.phase == "prefill"].mean())}
     # (decode rows past the largest CUDA graph are eager too: counted in "bound")
     return doc

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dsa_module_accuracy import PRICINGS, _all, price, run, stats  # noqa: E402
+from dsa_module_accuracy import PRICINGS, _all, figures, price, run  # noqa: E402
 
 #: the row's GEMM type → perfcast's --quantize of deepseek-v3 ("": the checkpoint's own block-scaled FP8)
 QUANTIZE = {"bf16": "none", "fp8_block": "", "nvfp4": "fp4"}
@@ -46,13 +46,9 @@ def summary(rows: pd.DataFrame) -> dict:
     """Figures per pricing by phase, by device, by GEMM type, by KV-cache dtype, by heads and by batch."""
     doc = {"rows": int(len(rows)), "pricings": {}}
     for pricing in PRICINGS:
-        p = priced(rows, pricing)
-        doc["pricings"][pricing] = {
-            "all": stats(p.err.values),
-            **{k: {" / ".join(map(str, v)): stats(g.err.values) for v, g in p.groupby(cols, sort=True)}
-               for k, cols in (("phase", ["phase"]), ("device", ["phase", "device"]), ("gemm", ["phase", "gemm"]),
-                               ("kv_dtype", ["phase", "kv_dtype"]), ("heads", ["phase", "heads"]),
-                               ("batch", ["phase", "batch"]))}}
+        doc["pricings"][pricing] = figures(priced(rows, pricing), (
+            ("phase", ["phase"]), ("device", ["phase", "device"]), ("gemm", ["phase", "gemm"]),
+            ("kv_dtype", ["phase", "kv_dtype"]), ("heads", ["phase", "heads"]), ("batch", ["phase", "batch"])))
     return doc
 
 

@@ -3,24 +3,16 @@ measured attention modules, and perfcast's price of one layer's module from the 
 the same leaves, at the same point, as text-generate's concrete step."""
 
 import hashlib
-import runpy
-from pathlib import Path
 
 import pytest
 
-import perfcast
-from perfcast.capture.parallel import Layout
-from perfcast.hardware import get_device
+from attention_modules import ROOT, benchmark, concrete_module_s, no_rows_is_one_line
 from perfcast.inference import silicon_file
-from perfcast.inference.textgen import Request, simulate
-from perfcast.models import load_model_config
-
-ROOT = Path(perfcast.__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return runpy.run_path(str(ROOT / "benchmarks" / "dsa_module_accuracy.py"))
+    return benchmark("dsa_module_accuracy")
 
 
 def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
@@ -33,19 +25,6 @@ def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
     assert set(rows.phase) == {"decode", "prefill"} and (rows[rows.phase == "decode"].new_tokens == 1).all()
 
 
-def _concrete_module_s(model, device, tp, decode, batch, tokens, past):
-    """One layer's module from text-generate's concrete step: the same leaves the benchmark keeps."""
-    kw = dict(num_queries=batch, context_length=past, decode=True) if decode else \
-        dict(num_queries=batch, query_length=tokens, context_length=past)
-    r = simulate(Request(load_model_config(model), get_device(device), engine="sglang", layout=Layout(tp=tp), **kw))
-    total = 0.0
-    for lt in r.rollups["analytic"].leaves:
-        if str(lt.leaf.attr("module") or "").startswith("model.layers.3.self_attn") and lt.leaf.kind != "all_reduce" \
-                and lt.leaf.attr("kernel") != "fused_qkv_a_proj_with_mqa":
-            total += float((lt.time_s + lt.trips * lt.launch_s) / lt.trips)
-    return total
-
-
 @pytest.mark.parametrize("model, decode, batch, tokens, past", [
     ("glm-5-fp8", True, 8, 1, 8192),        # decode: the sparse indexer and sparse attention over 8,192 cached
     ("deepseek-v3.2", False, 1, 4096, 0),   # prefill above index_topk: the calibrated sparse prefill
@@ -53,7 +32,9 @@ def _concrete_module_s(model, device, tp, decode, batch, tokens, past):
 def test_the_symbolic_module_is_text_generates_concrete_one(bench, model, decode, batch, tokens, past):
     mod = bench["Module"](model, "h200-sxm", 8, "bf16", decode, batch * tokens, "analytic")
     got = float(mod.device_s(float(batch), float(tokens), float(past)))
-    assert got == pytest.approx(_concrete_module_s(model, "h200-sxm", 8, decode, batch, tokens, past), rel=1e-6)
+    want = concrete_module_s(model, "h200-sxm", "sglang", 8, decode, batch, tokens, past,
+                             stubbed={"fused_qkv_a_proj_with_mqa"})
+    assert got == pytest.approx(want, rel=1e-6)
 
 
 def test_a_prefill_module_is_priced_as_an_eager_step(bench):
@@ -73,6 +54,4 @@ def test_a_prefill_module_is_priced_as_an_eager_step(bench):
 
 
 def test_a_device_without_rows_is_one_line(bench, capsys):
-    assert bench["main"](["--device", "mi300x"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("--device mi300x: no rows") and "\n" not in err
+    no_rows_is_one_line(bench, capsys)

@@ -3,24 +3,16 @@ measured attention modules, and perfcast's price of one layer's module from the 
 same leaves, at the same point, as text-generate's concrete step."""
 
 import hashlib
-import runpy
-from pathlib import Path
 
 import pytest
 
-import perfcast
-from perfcast.capture.parallel import Layout
-from perfcast.hardware import get_device
+from attention_modules import ROOT, benchmark, concrete_module_s, no_rows_is_one_line
 from perfcast.inference import silicon_file
-from perfcast.inference.textgen import Request, simulate
-from perfcast.models import load_model_config
-
-ROOT = Path(perfcast.__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return runpy.run_path(str(ROOT / "benchmarks" / "mla_module_accuracy.py"))
+    return benchmark("mla_module_accuracy")
 
 
 def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
@@ -34,18 +26,6 @@ def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
     assert set(rows.phase) == {"decode", "prefill"} and (rows[rows.phase == "decode"].new_tokens == 1).all()
 
 
-def _concrete_module_s(device, tp, quantize, decode, batch, tokens, past):
-    """One layer's module from text-generate's concrete step: every leaf of a MoE layer's self_attn but
-    the all-reduce (the collector runs the whole module on one GPU)."""
-    kw = dict(num_queries=batch, context_length=past, decode=True) if decode else \
-        dict(num_queries=batch, query_length=tokens, context_length=past)
-    r = simulate(Request(load_model_config("deepseek-v3"), get_device(device), engine="trtllm", layout=Layout(tp=tp),
-                         quantize=quantize, **kw))
-    return sum(float((lt.time_s + lt.trips * lt.launch_s) / lt.trips) for lt in r.rollups["analytic"].leaves
-               if str(lt.leaf.attr("module") or "").startswith("model.layers.3.self_attn")
-               and lt.leaf.kind != "all_reduce")
-
-
 @pytest.mark.parametrize("gemm, decode, batch, tokens, past", [
     ("bf16", True, 16, 1, 4096),         # decode over 4,096 cached tokens, bf16 projections
     ("fp8_block", False, 2, 2048, 0),    # prefill of two 2,048-token prompts, the checkpoint's FP8 blocks
@@ -56,7 +36,8 @@ def test_the_symbolic_module_is_text_generates_concrete_one(bench, gemm, decode,
                                              past=past, latency_ms=1.0)
     got = float(bench["priced"](rows, "analytic").price_s.iloc[0])
     quantize = bench["QUANTIZE"][gemm] or None
-    assert got == pytest.approx(_concrete_module_s("gb200", 8, quantize, decode, batch, tokens, past), rel=1e-6)
+    want = concrete_module_s("deepseek-v3", "gb200", "trtllm", 8, decode, batch, tokens, past, quantize=quantize)
+    assert got == pytest.approx(want, rel=1e-6)  # the collector runs the whole module: nothing stubbed
 
 
 def test_every_module_is_priced_as_a_graph_replay(bench):
@@ -69,6 +50,4 @@ def test_every_module_is_priced_as_a_graph_replay(bench):
 
 
 def test_a_device_without_rows_is_one_line(bench, capsys):
-    assert bench["main"](["--device", "mi300x"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("--device mi300x: no rows") and "\n" not in err
+    no_rows_is_one_line(bench, capsys)
