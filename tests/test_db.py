@@ -162,7 +162,8 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
         "glm5_dsa_attn_module_perf.parquet": "no sparse_attention/trtllm/<version>/glm5_dsa_attn_module_perf.parquet "
                                              "at 1.0 or older",
         "scale_matrix_perf.parquet": "no quantize/trtllm/<version>/scale_matrix_perf.parquet at 1.0 or older "
-                                     "(only newer: 1.1; never filled forward)"}
+                                     "(only newer: 1.1; never filled forward)",
+        "wideep_deepep_ll_perf.parquet": "no comm/trtllm/<version>/wideep_deepep_ll_perf.parquet at 1.0 or older"}
     assert not (got["communication"] / "AllToAll.csv.gz").exists()  # no rows left: not written
     assert check_database(tmp_path / "db") == []
 

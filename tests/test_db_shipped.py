@@ -14,6 +14,7 @@ from perfcast.cli.main import main
 from perfcast.db.aiconfigurator import import_aiconfigurator
 from perfcast.db.check import inspect
 from perfcast.hardware import SpecError
+from perfcast.inputs.versions import version_key
 from perfcast.ir import Tensor, make_leaf
 from perfcast.perf import Provenance
 from perfcast.perf.databases import databases, find_database, shipped_root, version_key
@@ -127,7 +128,11 @@ def test_shipped_databases_are_the_documented_ones():
             assert manifest["source"]["licence"] == "Apache-2.0" and manifest["source"]["version"] == version
             assert manifest["source"]["version_choice"].startswith(f"the newest {framework} version")
             for name, table in manifest["tables"].items():
-                assert table["framework"] == framework and table["version"] == version, (device, framework, name)
+                assert table["framework"] == framework, (device, framework, name)
+                # a table the version lacks comes from the nearest older version, and says so (SGLang's DeepEP
+                # tables were measured under 0.5.12 and 0.5.6.post2)
+                assert table["version"] == version or (version_key(table["version"]) < version_key(version)
+                                                       and "backward fill" in table["version_note"]), (device, name)
                 assert sum(table["kernel_sources"].values()) == table["rows"]
 
 
@@ -136,10 +141,11 @@ def test_every_shipped_database_checks_clean():
     states (B300, GB200, GB300 add 34 + 35 + 34 kernel tables — GB200 also has TensorRT-LLM's
     min-latency MoE table — and 4 NCCL tables each; every database but the A100's TensorRT-LLM
     and vLLM ones holds Gated DeltaNet's scan and recurrence, the A100's SGLang one the recurrence
-    only; the six SGLang 0.5.14 ones DSA's sparse prefill)."""
+    only; the six SGLang 0.5.14 ones DSA's sparse prefill and DeepEP's low-latency dispatch and combine, of
+    SGLang 0.5.12)."""
     report = inspect(SHIPPED)
     assert report.problems == []
-    assert (report.tables, report.rows) == (254, 6_768_124)
+    assert (report.tables, report.rows) == (260, 6_770_236)
     assert {p.parts[-3]: p.name for p in SHIPPED.glob("*/nccl/*")} == {
         "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3",
         "b300-sxm": "2.29.2", "gb200": "2.29.2", "gb300": "2.29.2"}

@@ -372,6 +372,11 @@ def test_every_rule_of_every_profile_claims_ops_somewhere(tmp_path):
                       engine_options=(("moe_backend", "TRTLLM"),), quantize="fp4",
                       **(dict(num_queries=8, context_length=1024) if dec else dict(num_queries=2, query_length=512)))
         used["trtllm"].update(simulate(req).rules_applied)
+    # SGLang's DeepEP all-to-all: a decode step of attention-DP ranks sharing an expert-parallel MoE
+    req = Request(load_model_config("deepseek-v3"), get_device("h200-sxm"), engine="sglang", decode=True,
+                  layout=Layout(ep=8, dp=8, attention_dp=True), engine_options=(("moe_a2a_backend", "deepep"),),
+                  num_queries=64, context_length=1024)
+    used["sglang"].update(simulate(req).rules_applied)
     for e, seen in used.items():
         rules = get_engine(e).rules
         assert seen == set(range(len(rules))), (e, [(i, rules[i].rule) for i in sorted(set(range(len(rules))) - seen)])

@@ -133,10 +133,13 @@ def test_expert_parallel_within_tp(moe):
     assert single.memory.weights_bytes - r.memory.weights_bytes > experts_bytes // 2  # + attention split
 
 
-@pytest.mark.parametrize("engine, device", [("vllm", "h200-sxm"), ("trtllm", "gb200")])
-def test_attention_data_parallel_dispatch_and_combine(moe, engine, device):
+@pytest.mark.parametrize("engine, device, options", [("sglang", "h200-sxm", (("moe_a2a_backend", "deepep"),)),
+                                                     ("trtllm", "gb200", ())])
+def test_attention_data_parallel_dispatch_and_combine(moe, engine, device, options):
+    """The all-to-all exchange: SGLang with DeepEP (--moe-a2a-backend deepep), TensorRT-LLM on an NVL72 rack."""
     m = MOE
-    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine=engine, device=device)
+    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine=engine, device=device,
+            engine_options=options)
     tokens = 2 * 64  # each data-parallel rank: 2 of the 8 sequences
     routed = tokens * m["top_k"] * m["hidden"] * 2
     assert collectives(r) == [("all_to_all", "ep", 4, routed, m["layers"])] * 2
@@ -161,6 +164,16 @@ def test_trtllm_gathers_the_moe_groups_tokens_where_it_runs_no_all_to_all(moe):
     fp8 = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine="trtllm", quantize="fp8")
     gather = collectives(fp8)[0]
     assert gather[0] == "all_gather" and gather[3] == everyone // 2  # quantized before the gather: one byte each
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_vllm_and_sglang_gather_the_moe_groups_tokens_by_default(moe, engine):
+    """vLLM's default all-to-all backend is allgather_reducescatter (ParallelConfig.all2all_backend), SGLang's
+    MoE layer runs in FULL scatter mode unless --moe-a2a-backend is set (LayerCommunicator): both gather."""
+    r = run(moe, Layout(dp=4, ep=4, attention_dp=True), num_queries=8, engine=engine)
+    everyone = 4 * 2 * 64 * MOE["hidden"] * 2
+    assert collectives(r) == [("all_gather", "ep", 4, everyone, MOE["layers"]),
+                              ("reduce_scatter", "ep", 4, everyone, MOE["layers"])]
 
 
 def test_profiling_model_prices_tp_all_reduce_from_nccl_and_looks_up_ep_grouped_gemm(moe):
@@ -224,7 +237,7 @@ def test_cli_parallel_flags_and_errors(cli, dense):
 
 def test_multi_node_data_parallel_axis_crosses_infiniband(moe):
     r = run(moe, Layout(tp=8, dp=2, ep=16, attention_dp=True), num_queries=4, models=("analytic", "profiling"),
-            engine="vllm")
+            engine="sglang", engine_options=(("moe_a2a_backend", "deepep"),))
     assert any("dp: 2 on infiniband" in n and "ep: 8 on nvlink × 2 on infiniband" in n for n in r.notes)
     from perfcast.report.textgen import missed_ops
 

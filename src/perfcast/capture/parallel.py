@@ -35,7 +35,8 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from perfcast.capture.types import MOE_DISPATCH, Capture, LayerGroup, OpRecord, TensorMeta
+from perfcast.capture.types import (MOE_A2A_COMBINE, MOE_A2A_DISPATCH, MOE_DISPATCH, Capture, LayerGroup, OpRecord,
+                                    TensorMeta)
 from perfcast.ir import UserError
 from perfcast.models import architecture
 
@@ -316,12 +317,13 @@ def _moe_record(rec: OpRecord, layout: Layout, out: list[OpRecord], uids: _Uids,
     else:
         routed = (tokens * top_k / tp, width) if ep > 1 else own
         gathered = (routed[0] * moe_tp, width)
-        def a2a():  # the dispatch, then the combine: one record each
-            return [_collective("all_to_all", hidden, routed, "ep", ep, uids, *where, in_shape=routed)] if ep > 1 else []
-        before = a2a() + ([_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, *where,
-                                       in_shape=routed)] if moe_tp > 1 else [])
+        def a2a(mark):  # the dispatch, then the combine: one record each
+            return [_collective("all_to_all", hidden, routed, "ep", ep, uids, *where, in_shape=routed,
+                                mark=(mark, top_k))] if ep > 1 else []
+        before = a2a(MOE_A2A_DISPATCH) + ([_collective("all_gather", hidden, gathered, "moe_tp", moe_tp, uids, *where,
+                                                       in_shape=routed)] if moe_tp > 1 else [])
         after = ([_collective("reduce_scatter", rec.outputs[0], routed, "moe_tp", moe_tp, uids, *where,
-                              in_shape=gathered)] if moe_tp > 1 else []) + a2a()
+                              in_shape=gathered)] if moe_tp > 1 else []) + a2a(MOE_A2A_COMBINE)
     out.extend(before + [rec] + after)
     if tp > 1:
         out.append(_collective("all_gather", rec.outputs[0], (tokens, width), "tp", tp, uids, *where, in_shape=own))

@@ -10,6 +10,9 @@ import sympy
 #: Marks a collective record (scalars after axis and group) as the all-gather of a MoE group's
 #: tokens: the parallel plan writes it, the lowering gives it the experts' activation format.
 MOE_DISPATCH = "moe_dispatch"
+#: Mark a MoE layer's dispatch and combine all-to-alls (scalars after axis and group: the mark, then the
+#: top-k): an engine profile that runs them as kernels of its own (DeepEP) names them by these.
+MOE_A2A_DISPATCH, MOE_A2A_COMBINE = "moe_a2a_dispatch", "moe_a2a_combine"
 
 
 @dataclass(frozen=True)

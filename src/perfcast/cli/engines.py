@@ -67,6 +67,9 @@ def _rule_line(r) -> tuple[str, str, str]:
         what = f"epilogue {'+'.join(r.epilogue.roles)} → {r.epilogue.kernel}" if r.epilogue else "no epilogue"
     elif r.rule == "merge_gemms":
         kernel, what = r.kernel, f"{r.region} GEMMs on one input"
+    elif r.rule == "moe_a2a":
+        kernel = f"{r.dispatch} ({r.dispatch_dtype}), {r.combine} ({r.combine_dtype})"
+        what = f"MoE dispatch/combine all-to-alls, priced by {r.op}"
     else:
         what = "+".join(r.roles)
         if r.rule == "absorb":
@@ -113,6 +116,7 @@ def _show(p: EngineProfile, path: str, as_json: bool) -> int:
     if p.moe_exchange is not None:
         x = p.moe_exchange
         where = f"; all-to-all on {', '.join(x.all_to_all_devices)}" if x.all_to_all_devices else ""
+        where += "".join(f"; {name}={v}: {m}" for name, values in x.by_option.items() for v, m in values.items())
         console.print(f"MoE token exchange under attention DP: {x.default}{where} — {x.sources[0]}", markup=False)
     if p.options:
         ot = Table(title=f"{p.name} options (--engine-option NAME=VALUE; rules marked NAME=VALUE apply under it)")

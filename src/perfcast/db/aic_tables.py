@@ -247,32 +247,6 @@ def sparse_mla(df, framework):
                                topk=DSA_TOPK, head_dim=DSA_D_QK, v_head_dim=DSA_D_V, dtype=prefill.mla_dtype))]
 
 
-def custom_allreduce(df, framework):
-    """The engine's own all-reduce, keyed like the NCCL tables. ``message_size`` is an element
-    count (``collector/collect_all_reduce.py`` allocates ``message_size`` elements of
-    ``allreduce_dtype``), so bytes = message_size × element size. TensorRT-LLM's rows time its
-    ``AllReduce`` op under strategy AUTO (one-shot / two-shot / NCCL chosen per size) captured in
-    a CUDA graph interleaved with a small GEMM whose own graph is subtracted; vLLM's and SGLang's
-    time ``tensor_model_parallel_all_reduce`` (the custom all-reduce, falling back where the
-    engine does) replayed in a CUDA graph (``*_graph``) and called eagerly (``*_eager``, host
-    dispatch included): the eager rows are ``CustomAllReduceEager``."""
-    eager = df.kernel_source.str.endswith("_eager")
-    how = ("num_gpus -> devices, allreduce_dtype -> dtype, bytes = message_size (an element count) x "
-           "dtype size; ")
-    out = []
-    for name, rows, what in (("CustomAllReduce", df[~eager], "CUDA-graph rows (kernel_source without _eager)"),
-                             ("CustomAllReduceEager", df[eager], "eager rows (kernel_source *_eager)")):
-        if name == "CustomAllReduceEager" and not len(rows):
-            continue
-        k = Kernel(name, COMM, ("bytes",), selection=how + what,
-                   comment=f"the engine's own all-reduce ({'eager' if 'Eager' in name else 'CUDA graph'}), "
-                           "within one node")
-        size = rows.allreduce_dtype.map(DTYPES).map(lambda d: float(itemsize(d)) if isinstance(d, str) else 0.0)
-        out.append((k, rows.assign(devices=rows.num_gpus, dtype=rows.allreduce_dtype,
-                                   bytes=(rows.message_size * size).round().astype("int64"))))
-    return out
-
-
 def quantize(df, framework, op: str):
     """FP8 activation quantization over an m × k operand: ``scale_matrix`` times the static
     quantize (read bf16, write fp8: a memory-bound elementwise kernel); ``compute_scale`` is the

@@ -28,6 +28,7 @@ import importlib.metadata
 from functools import partial
 from pathlib import Path
 
+from perfcast.db import aic_comm as C
 from perfcast.db import aic_tables as T
 from perfcast.db.write import Kernel, write_csv, write_manifest, write_mapping
 from perfcast.ir import UserError
@@ -56,11 +57,12 @@ SOURCES = (
     ("moe", "moe_perf.parquet", T.moe),
     ("mla", "context_mla_perf.parquet", partial(T.mla, decode=False)),
     ("mla", "generation_mla_perf.parquet", partial(T.mla, decode=True)),
-    ("comm", "custom_allreduce_perf.parquet", T.custom_allreduce),
+    ("comm", "custom_allreduce_perf.parquet", C.custom_allreduce),
     ("quantize", "scale_matrix_perf.parquet", partial(T.quantize, op="scale_matrix")),
     ("quantize", "computescale_perf.parquet", partial(T.quantize, op="compute_scale")),
     ("linear_attention", "gdn_perf.parquet", T.gdn),
     ("sparse_attention", "glm5_dsa_attn_module_perf.parquet", T.sparse_mla),
+    ("comm", "wideep_deepep_ll_perf.parquet", C.deepep_low_latency),
 )
 ANCHORS = SOURCES[:3]
 

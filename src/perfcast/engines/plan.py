@@ -16,7 +16,7 @@ import sympy
 
 from perfcast.capture.kernels import KernelGroup
 from perfcast.capture.lower import FUSIBLE, kind_of
-from perfcast.capture.types import OpRecord
+from perfcast.capture.types import MOE_A2A_COMBINE, MOE_A2A_DISPATCH, OpRecord
 from perfcast.engines.roles import assign, packet
 from perfcast.engines.spec import EngineProfile, When
 from perfcast.ir.registry import Registry
@@ -350,6 +350,16 @@ def _allreduce(rule, entries, ctx, lw, state):
                     and (not ep.max_bytes_by_group or (limit is not None and size.is_number and size <= limit)):
                 i = _absorb_into(entries, i, "after", ep.roles, ep.kernel)
         i += 1
+    return entries
+
+
+@HANDLERS.register("moe_a2a")
+def _moe_a2a(rule, entries, ctx, lw, state):
+    for e in entries:  # the parallel plan marks a MoE layer's two all-to-alls (scalars after axis and group)
+        side = {MOE_A2A_DISPATCH: "dispatch", MOE_A2A_COMBINE: "combine"}.get(str((*e.head.scalars, 0, 0, 0)[2]))
+        if side and e.kernel is None and e.how is None and kind_of(e.head) == "all_to_all":
+            e.kernel, e.kernel_class = getattr(rule, side), "moe_a2a"
+            e.attrs.update(op=rule.op, wire_dtype=getattr(rule, f"{side}_dtype"))
     return entries
 
 

@@ -169,8 +169,23 @@ class AllReduceRule(_Rule):
     epilogue: Epilogue | None = None
 
 
+class MoeA2aRule(_Rule):
+    """A MoE layer's dispatch and combine all-to-alls (attention data parallelism, the all-to-all
+    exchange) run as the engine's own kernels — DeepEP's — named ``dispatch`` and ``combine``, each
+    sending its copies in its ``*_dtype`` (the dispatch casts to FP8, the combine sends bf16), priced by
+    the kernel class fitted on ``op``'s measured kernels where the device has that fit (within one
+    NVLink domain); elsewhere on the topology, as any all-to-all."""
+
+    rule: Literal["moe_a2a"]
+    op: Literal["deepep_low_latency"]
+    dispatch: Text
+    combine: Text
+    dispatch_dtype: Literal["fp8", "bf16"]
+    combine_dtype: Literal["fp8", "bf16"]
+
+
 Rule = Annotated[Union[DropRule, MergeGemmsRule, NormRule, FuseRule, AbsorbRule, NameRule,
-                       AttentionRule, AllReduceRule], Field(discriminator="rule")]
+                       AttentionRule, AllReduceRule, MoeA2aRule], Field(discriminator="rule")]
 
 
 class Leftover(_Strict):
@@ -238,9 +253,16 @@ class MoeExchange(_Strict):
 
     default: Literal["all_to_all", "gather"]
     all_to_all_devices: list[Text] = Field(default_factory=list)
+    #: an engine option's values that choose the exchange whatever the device (SGLang's
+    #: ``--moe-a2a-backend deepep``: the all-to-all; ``none``: the gather)
+    by_option: dict[Text, dict[Text, Literal["all_to_all", "gather"]]] = Field(default_factory=dict)
     sources: Sources
 
-    def method(self, device: str) -> str:
+    def method(self, device: str, options: dict | None = None) -> str:
+        for name, values in self.by_option.items():
+            opt = (options or {}).get(name)
+            if opt is not None and opt.value in values:
+                return values[opt.value]
         return "all_to_all" if device in self.all_to_all_devices else self.default
 
 
@@ -265,7 +287,7 @@ class EngineProfile(_Strict):
         opt = self.options.get("moe_exchange")
         if opt is not None and opt.value != "auto":
             return opt.value
-        return self.moe_exchange.method(device) if self.moe_exchange else "all_to_all"
+        return self.moe_exchange.method(device, self.options) if self.moe_exchange else "all_to_all"
 
     def selects(self, rule) -> bool:
         """Whether ``rule`` applies under the options' values."""
@@ -278,6 +300,18 @@ class EngineProfile(_Strict):
                 if k not in self.options or v not in self.options[k].choices:
                     raise ValueError(f"@rules.{n}.option.{k}: {v!r} is not a value of a declared option "
                                      f"({', '.join(f'{o}: {c.choices}' for o, c in self.options.items()) or 'none declared'})")
+        return self
+
+    @model_validator(mode="after")
+    def _exchange_options(self):
+        for name, values in (self.moe_exchange.by_option if self.moe_exchange else {}).items():
+            opt = self.options.get(name)
+            if opt is None:
+                raise ValueError(f"@moe_exchange.by_option.{name}: not a declared option")
+            for v in values:
+                if v not in opt.choices:
+                    raise ValueError(f"@moe_exchange.by_option.{name}.{v}: not one of the option's choices "
+                                     f"({', '.join(opt.choices)})")
         return self
 
     @model_validator(mode="after")

@@ -79,7 +79,7 @@ class CalibrationFile(_Strict):
     @model_validator(mode="after")
     def _keys(self):
         for key in (*self.fits, *self.rejected):
-            if not re.fullmatch(r"[a-z][a-z._]*/[A-Za-z0-9_+]+", key):
+            if not re.fullmatch(r"[a-z][a-z0-9._]*/[A-Za-z0-9_+]+", key):
                 raise ValueError(f"@fits.{key}: expected '<kernel class>/<variant>', e.g. gemm/bf16")
         return self
 

@@ -72,9 +72,14 @@ class AnalyticPerformanceModel(PerformanceModel):
         if kernel is not None or self.calibration is None:
             return None
         found = self.calibration.lookup(op)
-        # an engine's own all-reduce was measured inside one NVLink domain
-        if found is None or (link and not self._within_first_tier(op)):
+        if found is None:
             return None
+        # an engine's own collective (all-reduce, DeepEP's all-to-all) was measured inside one NVLink domain
+        if link and not self._within_first_tier(op):
+            r = self.collective(op)
+            spans = " and ".join(self.crosses_tiers(op)) or "no topology tier"
+            return replace(r, notes=(*r.notes, f"{found[1].name}: its fit was measured within one NVLink domain "
+                                               f"and this group spans {spans}: priced on the topology"))
         cls, shape = found[1], found[2]
         when = sympy.true if cls.applies is None else sympy.sympify(cls.applies(shape))
         if when == sympy.false:

@@ -9,9 +9,9 @@ import sympy
 
 from perfcast.ir import BYTES_HBM, Leaf, itemsize
 from perfcast.ir.rules import collective_message
-from perfcast.perf.kernel_classes import (ALLREDUCE, CONTEXT, CUSTOM_ALLREDUCE_OPS, GEMM, GENERATION, MLA_CONTEXT,
-                                          MLA_GENERATION, MOE, MOE_TRTLLM_GEN, VECTOR, VECTOR_KINDS, KernelClass,
-                                          Shape)
+from perfcast.perf.kernel_classes import (ALLREDUCE, CONTEXT, CUSTOM_ALLREDUCE_OPS, DEEPEP_LL_OP, GEMM, GENERATION,
+                                          MLA_CONTEXT, MLA_GENERATION, MOE, MOE_A2A, MOE_TRTLLM_GEN, VECTOR, VECTOR_KINDS,
+                                          KernelClass, Shape)
 from perfcast.perf.kernel_classes_dsa import dsa_shape
 from perfcast.perf.kernel_classes_gdn import gdn_shape
 
@@ -77,6 +77,11 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         return dsa_shape(leaf)
     if leaf.kind in VECTOR_KINDS:
         return VECTOR, {"bytes": leaf.cost.get(BYTES_HBM)}
+    if leaf.kind == "all_to_all" and str(leaf.attr("op")) == DEEPEP_LL_OP:
+        width = leaf.inputs[0].shape[-1]
+        top_k = int(leaf.attr("top_k"))
+        return MOE_A2A, {"devices": sympy.sympify(leaf.attr("group_size")), "dtype": str(leaf.attr("wire_dtype")),
+                         "tokens": leaf.inputs[0].numel / width / top_k, "top_k": top_k, "hidden": width}
     if leaf.kind == "all_reduce" and str(leaf.attr("op")) in CUSTOM_ALLREDUCE_OPS:
         return ALLREDUCE, {"devices": sympy.sympify(leaf.attr("group_size")), "dtype": leaf.inputs[0].dtype,
                            "bytes": collective_message(leaf.inputs, leaf.outputs)}

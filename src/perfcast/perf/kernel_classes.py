@@ -334,6 +334,35 @@ ALLREDUCE = _register(KernelClass("allreduce", ("devices", "dtype", "bytes"), la
 CUSTOM_ALLREDUCE_OPS = frozenset({"custom_all_reduce", "custom_all_reduce_eager"})
 
 
+# DeepEP's low-latency all-to-all -----------------------------------------------------------------
+def deepep_selection_bytes(dtype: str, hidden):
+    """Bytes DeepEP's low-latency kernels move per selected expert of a token: the dispatch one FP8
+    row with its 1×128 fp32 scales and 16 bytes of routing metadata, the combine one bf16 row (the
+    bandwidth deepseek-ai/DeepEP ``tests/test_low_latency.py`` reports: ``num_fp8_bytes = hidden +
+    hidden / 128 * 4 + 16``, ``num_bf16_bytes = hidden * 2``)."""
+    return hidden + hidden / 128 * 4 + 16 if dtype == "fp8" else hidden * itemsize(dtype)
+
+
+def moe_a2a_work(s: Shape, units: int) -> KernelWork:
+    """One rank's dispatch (or combine) of its tokens' top-k copies: every selected expert gets its
+    own copy (DeepEP's low-latency mode does not de-duplicate by rank), and the copies for the
+    ``(n − 1)/n`` of the experts on other ranks cross NVLink (random routing over ``n`` ranks)."""
+    tokens, top_k, hidden, n = s["tokens"], s["top_k"], s["hidden"], s["devices"]
+    return KernelWork(flops=0, bytes=tokens * top_k * (n - 1) / n * deepep_selection_bytes(str(s["dtype"]), hidden),
+                      axes={"tokens": tokens, "top_k": top_k})
+
+
+#: the tables sweep a rank's tokens (powers of 2 up to 1,024) at the MoE models' top-k (1-22): one-octave cells
+#: on the top-k, centred on the values measured. Its residual holds what the bytes alone do not: a copy per
+#: selected expert costs more at a small top-k (k-fold by shape on GB200: 10.3 → 4.9 % median for the combine,
+#: 12.7 → 7.6 % for the dispatch, against the same form's residual on tokens × hidden width)
+MOE_A2A = _register(KernelClass("moe_a2a", ("devices", "dtype", "tokens", "top_k", "hidden"),
+                                lambda s: str(s["dtype"]), moe_a2a_work, lambda v: None, ("tokens", "top_k"),
+                                bandwidth="link", min_cell=2, cells=((2.0, 0.0), (1.0, 0.5))))
+#: the collective leaf op an engine profile names for DeepEP's low-latency exchange
+DEEPEP_LL_OP = "deepep_low_latency"
+
+
 # The classes of the sequence mixers beyond attention live in their own modules (they import this one),
 # registered here
 import perfcast.perf.kernel_classes_dsa  # noqa: E402,F401

@@ -15,7 +15,8 @@ Only flags the engines document, each with its source:
   spans every rank of the instance (EP = TP × DP) or is off.
 - SGLang (``python -m sglang.launch_server``,
   https://docs.sglang.io/advanced_features/server_arguments.html): ``--tp-size``, ``--pp-size``, ``--dp-size``,
-  ``--enable-dp-attention``, ``--ep-size``, ``--max-running-requests``, ``--chunked-prefill-size``,
+  ``--enable-dp-attention``, ``--ep-size``, ``--moe-a2a-backend`` (``--engine-option moe_a2a_backend``, on an
+  attention-DP instance), ``--max-running-requests``, ``--chunked-prefill-size``,
   ``--mem-fraction-static``, ``--kv-cache-dtype``, ``--quantization``, ``--context-length``,
   ``--disaggregation-mode prefill|decode``; pipeline stages with ``--pp-size`` (python/sglang/srt/
   server_args.py ``--pipeline-parallel-size/--pp-size``; SGLang's pipeline-parallelism guide,
@@ -182,6 +183,9 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
             argv += ["--dp-size", str(lay.dp)] + (["--enable-dp-attention"] if lay.attention_dp else [])
         if lay.ep > 1:
             argv += ["--ep-size", str(lay.ep)]
+        a2a = dict(spec.engine_options).get("moe_a2a_backend")
+        if a2a and a2a != "none" and lay.attention_dp:
+            argv += ["--moe-a2a-backend", a2a]
         if batch:
             argv += ["--max-running-requests", str(batch * lay.dp)]
         if tokens:
