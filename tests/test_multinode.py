@@ -74,12 +74,15 @@ def test_a_row_takes_its_recipes_decode_settings_where_perfcast_prices_them():
     assert any("MoE backend CUTEDSL, which perfcast's trtllm profile does not price" in n for n in g.notes)
     # SGLang: --kv-cache-dtype fp8_e4m3 (perfcast's fp8) on GB300; on GB200 a FlashInfer MoE runner too,
     # which is not an option of the SGLang profile
+    # and the DEP32 decode workers' DeepEP all-to-all (--moe-a2a-backend deepep), an option of the SGLang profile
     s = silicon.map_row(rows["dsr1_gb300_sglang_fp8_disagg_8192x1024_c128_cfg505"])
-    assert s.predictable and s.kv_dtype == "fp8" and s.engine_options == ()
-    assert any(n.startswith(f"{multinode.RECIPE_NOTE}: decode workers' KV cache fp8 (recipes/gb300-fp8/")
-               for n in s.notes)
+    assert s.predictable and s.kv_dtype == "fp8" and s.engine_options == (("moe_a2a_backend", "deepep"),)
+    assert any(n.startswith(f"{multinode.RECIPE_NOTE}: decode workers' KV cache fp8, MoE all-to-all deepep "
+                            "(recipes/gb300-fp8/") for n in s.notes)
     f = silicon.map_row(rows["dsr1_gb200_sglang_fp4_disagg_1024x1024_c4_cfg486"])
     assert any("MoE backend flashinfer_trtllm, which perfcast's sglang profile does not price" in n for n in f.notes)
+    # a recipe that sets no all-to-all backend leaves SGLang's default (none: the MoE group gathers its tokens)
+    assert f.engine_options == () and any("MoE all-to-all none (the engine's default)" in n for n in f.notes)
 
 
 def test_a_row_takes_its_recipes_decode_batch_limit_and_cuda_graphs():

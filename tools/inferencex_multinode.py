@@ -41,10 +41,11 @@ OUT = Path(__file__).resolve().parent.parent / "src/perfcast/data/validation/inf
 POOL = ("workers", "tp", "ep", "dp_attn")
 #: what the srt-slurm recipe of an entry states: the clients its benchmark runs, and per worker pool the
 #: KV-cache dtype and MoE backend (TensorRT-LLM: trtllm_config.{prefill,decode} kv_cache_config.dtype,
-#: moe_config.backend; SGLang: sglang_config.{prefill,decode} kv-cache-dtype, moe-runner-backend); the
-#: recipe's commit
-RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "prefill_moe_backend",
-          "decode_kv_cache_dtype", "decode_moe_backend", "decode_max_batch_size", "decode_cuda_graph_max")
+#: moe_config.backend; SGLang: sglang_config.{prefill,decode} kv-cache-dtype, moe-runner-backend) and SGLang's
+#: MoE all-to-all backend (moe-a2a-backend; empty: SGLang's default, none); the recipe's commit
+RECIPE = ("recipe_commit", "recipe_concurrencies", "prefill_kv_cache_dtype", "prefill_moe_backend", "prefill_moe_a2a",
+          "decode_kv_cache_dtype", "decode_moe_backend", "decode_moe_a2a", "decode_max_batch_size",
+          "decode_cuda_graph_max")
 COLUMNS = ("config_key", "runner", "framework", "model", "precision", "image", "isl", "osl", "spec_decoding",
            "concurrencies", *(f"prefill_{k}" for k in POOL), *(f"decode_{k}" for k in POOL), "config_file",
            "first", "first_commit", "until", *RECIPE, "launcher")
@@ -94,6 +95,10 @@ def recipe(repo: str, branch: str, path: str, day: str, cache: dict) -> dict:
             kv = str((t.get("kv_cache_config") or {}).get("dtype") or g.get("kv-cache-dtype") or "")
             out[f"{pre}_kv_cache_dtype"] = "fp8" if kv.startswith("fp8") else kv
             out[f"{pre}_moe_backend"] = str((t.get("moe_config") or {}).get("backend") or g.get("moe-runner-backend") or "")
+            # SGLang's MoE all-to-all backend: --moe-a2a-backend (--enable-deepep-moe before it), SGLang's
+            # default none where the recipe's SGLang section sets neither
+            a2a = g.get("moe-a2a-backend") or ("deepep" if g.get("enable-deepep-moe") in (True, "true", "True") else "")
+            out[f"{pre}_moe_a2a"] = str(a2a or ("none" if g else ""))
         out["decode_max_batch_size"], out["decode_cuda_graph_max"] = _limits(trt.get("decode") or {},
                                                                               sgl.get("decode") or {})
     cache[(commit, path)] = out
@@ -163,6 +168,40 @@ def sweep(repo: str, row: dict, day: str, cache: dict) -> dict:
             "decode_moe_backend": moe, "decode_max_batch_size": limit, "decode_cuda_graph_max": limit}
 
 
+#: where Dynamo's SGLang Slurm jobs live in ai-dynamo/dynamo
+SGLANG_JOBS = "components/backends/sglang/slurm_jobs"
+
+
+def sglang_jobs(repo: str, row: dict, day: str, cache: dict) -> dict:
+    """The launcher and the decode workers' MoE all-to-all backend of an SGLang entry without an srt-slurm recipe
+    whose InferenceX launch script (``benchmarks/[multi_node/]<prefix>_<precision>_<runner>_<framework>[_slurm].sh``
+    on ``day``) runs Dynamo's SGLang Slurm jobs; empty for any other.
+
+    The script checks out a commit of ai-dynamo/dynamo (b7107d00 in every version, "All configs are frozen in this
+    branch") and runs ``slurm_jobs/submit_disagg.sh`` with ``GPU_TYPE`` gb200-fp4 or gb200-fp8, whose workers start
+    from ``slurm_jobs/scripts/<GPU_TYPE>.sh``. That commit is not in the public index; every stored version of those
+    two scripts whose decode command is written out runs its decode workers with DeepEP's low-latency all-to-all
+    (``--moe-a2a-backend deepep --deepep-mode low_latency``, gb200-fp4.sh; ``--enable-deepep-moe --deepep-mode
+    low_latency``, gb200-fp8.sh), which is what the column says."""
+    if row["config_file"] or row["framework"] != "dynamo-sglang":
+        return {}
+    commit = git(repo, "rev-list", "-1", f"--before={day}T23:59:59", "HEAD").strip()
+    name = f"{row['_prefix']}_{row['precision']}_{row['runner']}_{row['framework']}"
+    if (commit, name) not in cache:
+        found = {}
+        for path in git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks/").split():
+            if Path(path).name in (f"{name}.sh", f"{name}_slurm.sh"):
+                text = git(repo, "show", f"{commit}:{path}")
+                pinned = re.search(r"git checkout ([0-9a-f]{40})", text)
+                gpu = re.search(r'GPU_TYPE="(gb200-fp[48])"', text)
+                if "SGL_SLURM_JOBS_PATH" in text and "submit_disagg.sh" in text and pinned and gpu:
+                    found = {"launcher": f"InferenceX {path} at {commit[:11]}: ai-dynamo/dynamo {pinned.group(1)[:11]} "
+                                         f"{SGLANG_JOBS}/scripts/{gpu.group(1)}.sh",
+                             "decode_moe_a2a": "deepep"}
+        cache[(commit, name)] = found
+    return cache[(commit, name)]
+
+
 def entries(doc: dict):
     """(key of the entry, its row) of every multi-node search-space entry of one version."""
     for key, cfg in doc.items():
@@ -226,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     for row in spans:  # the launch script as it stood on the entry's last day in force
         last = (date.fromisoformat(row["until"]) - timedelta(days=1)).isoformat() if row["until"] else args.until
         row.update(sweep(args.repo, row, max(last, row["first"]), launchers))
+        row.update(sglang_jobs(args.repo, row, max(last, row["first"]), launchers))
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS, lineterminator="\n", extrasaction="ignore")
         w.writeheader()

@@ -86,6 +86,7 @@ class Entry:
     recipe_concurrencies: frozenset[int] = frozenset()
     kv_cache_dtype: str = ""  # the decode workers' (srt-slurm recipe: trtllm_config / sglang_config decode)
     moe_backend: str = ""
+    moe_a2a: str = ""  # the decode workers' MoE all-to-all backend (SGLang --moe-a2a-backend; "" unstated)
     max_batch: int | None = None    # the decode workers' batch limit per rank (TensorRT-LLM max_batch_size)
     cuda_graph: int | None = None   # their largest decode CUDA graph (0: none)
     launcher: str = ""  # where the settings come from when no srt-slurm recipe gives them (Dynamo's sweeps)
@@ -120,7 +121,7 @@ def read(path) -> tuple[Entry, ...]:
                                  frozenset(int(c) for c in r["concurrencies"].split()), _pool(r, "prefill_"),
                                  _pool(r, "decode_"), r["config_file"], r["first"], r["first_commit"], r["until"],
                                  r["recipe_commit"], frozenset(int(c) for c in r["recipe_concurrencies"].split()),
-                                 r["decode_kv_cache_dtype"], r["decode_moe_backend"],
+                                 r["decode_kv_cache_dtype"], r["decode_moe_backend"], r["decode_moe_a2a"],
                                  _count(r["decode_max_batch_size"]), _count(r["decode_cuda_graph_max"]),
                                  r["launcher"]))
             except (KeyError, ValueError, TypeError, AttributeError) as e:
@@ -232,7 +233,7 @@ def resolve(row: dict) -> Resolution:
     plain = [e for e in found if not e.mtp]
     either = (f"{EITHER_NOTE}: the campaign's multi-node configs ran this deployment at concurrency {c} both with MTP "
               f"({mtp[0].source()}) and without ({plain[0].source()}; {TABLE}); priced as the plain one") if mtp else None
-    recipe = _agreed(plain, lambda e: (e.kv_cache_dtype, e.moe_backend))
+    recipe = _agreed(plain, lambda e: (e.kv_cache_dtype, e.moe_backend, e.moe_a2a))
     limits = _agreed(plain, lambda e: (e.max_batch, e.cuda_graph))
     decodes, prefills = {e.decode for e in plain}, sorted({e.prefill for e in plain}, key=str)
     if _int(row, "decode_num_workers") or len(decodes) != 1:
@@ -257,8 +258,8 @@ RECIPE_NOTE = "engine settings of the campaign's multi-node recipe"
 
 
 def with_recipe(case, entry: Entry | None):
-    """``case`` with its decode workers' KV-cache dtype (where the row states none) and MoE backend (the
-    engine option, where the engine's profile has it) as the srt-slurm recipe of its config entry
+    """``case`` with its decode workers' KV-cache dtype (where the row states none), MoE backend and MoE
+    all-to-all backend (engine options, where the engine's profile has them) as the srt-slurm recipe of its config entry
     launched them (or, for an entry without one, the Dynamo performance sweep its launch script runs: the
     ``launcher`` column); a backend the engine's profile does not price keeps its default, and the note says so."""
     if entry is None:
@@ -274,6 +275,15 @@ def with_recipe(case, entry: Entry | None):
         said.append(f"MoE backend {entry.moe_backend}")
     elif entry.moe_backend:
         said.append(f"MoE backend {entry.moe_backend}, which perfcast's {case.engine} profile does not price "
+                    f"(its default kept)")
+    a2a = get_engine(case.engine).options.get("moe_a2a_backend") if entry.moe_a2a else None
+    if a2a is not None and entry.moe_a2a == a2a.value:
+        said.append(f"MoE all-to-all {entry.moe_a2a} (the engine's default)")
+    elif a2a is not None and entry.moe_a2a in a2a.choices:
+        options = tuple(sorted({**dict(options), "moe_a2a_backend": entry.moe_a2a}.items()))
+        said.append(f"MoE all-to-all {entry.moe_a2a}")
+    elif entry.moe_a2a:
+        said.append(f"MoE all-to-all {entry.moe_a2a}, which perfcast's {case.engine} profile does not price "
                     f"(its default kept)")
     if entry.kv_cache_dtype:
         said.insert(0, f"KV cache {entry.kv_cache_dtype}")
