@@ -147,24 +147,21 @@ def sweep(repo: str, row: dict, day: str, cache: dict) -> dict:
     batch = row.get("_decode", {}).get("DECODE_MAX_BATCH_SIZE")
     if row["config_file"] or row["framework"] != "dynamo-trt" or not batch:
         return {}
-    commit = git(repo, "rev-list", "-1", f"--before={day}T23:59:59", "HEAD").strip()
-    name = f"{row['_prefix']}_{row['precision']}_{row['runner']}_{row['framework']}"
-    if (commit, name) not in cache:
-        found = {}
-        for path in git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks/").split():
-            if Path(path).name in (f"{name}.sh", f"{name}_slurm.sh"):
-                text = git(repo, "show", f"{commit}:{path}")
-                branch = re.search(r"git checkout (\S+)", text)
-                if SWEEPS in text and "DECODE_MAX_BATCH_SIZE" in text and branch:
-                    found = {"launcher": f"InferenceX {path} at {commit[:11]}: ai-dynamo/dynamo {branch.group(1)} "
-                                         f"{SWEEPS}/scripts/gen_yaml.py"}
-        cache[(commit, name)] = found
-    if not cache[(commit, name)]:
+
+    def runs_sweeps(path: str, commit: str, text: str) -> dict:
+        branch = re.search(r"git checkout (\S+)", text)
+        if SWEEPS in text and "DECODE_MAX_BATCH_SIZE" in text and branch:
+            return {"launcher": f"InferenceX {path} at {commit}: ai-dynamo/dynamo {branch.group(1)} "
+                                f"{SWEEPS}/scripts/gen_yaml.py"}
+        return {}
+
+    found = launch_script(repo, row, day, cache, runs_sweeps)
+    if not found:
         return {}
     tokens = row["_decode"].get("DECODE_MAX_NUM_TOKENS")
     limit = str(min(int(batch), int(tokens)) if tokens else int(batch))
     moe = "TRTLLM" if not row["decode_dp_attn"] else ("WIDEEP" if int(row["decode_tp"]) >= 16 else "CUTLASS")
-    return {**cache[(commit, name)], "prefill_kv_cache_dtype": "fp8", "decode_kv_cache_dtype": "fp8",
+    return {**found, "prefill_kv_cache_dtype": "fp8", "decode_kv_cache_dtype": "fp8",
             "decode_moe_backend": moe, "decode_max_batch_size": limit, "decode_cuda_graph_max": limit}
 
 
@@ -185,19 +182,29 @@ def sglang_jobs(repo: str, row: dict, day: str, cache: dict) -> dict:
     low_latency``, gb200-fp8.sh), which is what the column says."""
     if row["config_file"] or row["framework"] != "dynamo-sglang":
         return {}
+
+    def runs_jobs(path: str, commit: str, text: str) -> dict:
+        pinned = re.search(r"git checkout ([0-9a-f]{40})", text)
+        gpu = re.search(r'GPU_TYPE="(gb200-fp[48])"', text)
+        if "SGL_SLURM_JOBS_PATH" in text and "submit_disagg.sh" in text and pinned and gpu:
+            return {"launcher": f"InferenceX {path} at {commit}: ai-dynamo/dynamo {pinned.group(1)[:11]} "
+                                f"{SGLANG_JOBS}/scripts/{gpu.group(1)}.sh", "decode_moe_a2a": "deepep"}
+        return {}
+
+    return launch_script(repo, row, day, cache, runs_jobs)
+
+
+def launch_script(repo: str, row: dict, day: str, cache: dict, read) -> dict:
+    """``read(path, commit, text)`` of the entry's InferenceX launch script as it stood on ``day``
+    (``benchmarks/[multi_node/]<prefix>_<precision>_<runner>_<framework>[_slurm].sh``), once per commit and
+    script; empty where there is none or it says nothing ``read`` knows."""
     commit = git(repo, "rev-list", "-1", f"--before={day}T23:59:59", "HEAD").strip()
     name = f"{row['_prefix']}_{row['precision']}_{row['runner']}_{row['framework']}"
     if (commit, name) not in cache:
         found = {}
         for path in git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks/").split():
             if Path(path).name in (f"{name}.sh", f"{name}_slurm.sh"):
-                text = git(repo, "show", f"{commit}:{path}")
-                pinned = re.search(r"git checkout ([0-9a-f]{40})", text)
-                gpu = re.search(r'GPU_TYPE="(gb200-fp[48])"', text)
-                if "SGL_SLURM_JOBS_PATH" in text and "submit_disagg.sh" in text and pinned and gpu:
-                    found = {"launcher": f"InferenceX {path} at {commit[:11]}: ai-dynamo/dynamo {pinned.group(1)[:11]} "
-                                         f"{SGLANG_JOBS}/scripts/{gpu.group(1)}.sh",
-                             "decode_moe_a2a": "deepep"}
+                found = read(path, commit[:11], git(repo, "show", f"{commit}:{path}")) or found
         cache[(commit, name)] = found
     return cache[(commit, name)]
 
