@@ -53,7 +53,7 @@ BANDS = ((0, 5e-6, "<5us"), (5e-6, 50e-6, "5-50us"), (50e-6, 500e-6, "50-500us")
 FAMILY = {"gemm": "gemm", "attention.context": "attention", "attention.generation": "attention",
           "mla.context": "attention", "mla.generation": "attention", "moe": "moe", "moe.trtllm_gen": "moe",
           "allreduce": "allreduce", "vector": "vector", "gdn.chunked": "gdn", "gdn.recurrent": "gdn",
-          "dsa.sparse_prefill": "dsa", "moe_a2a": "all-to-all"}
+          "dsa.sparse_prefill": "dsa", "moe_a2a": "all-to-all", "moe.deepep": "moe"}
 TARGETS = {"gemm": 0.08, "attention": 0.10}
 #: variants whose rows are derived from other measurements, not measured: left out of the figures
 DERIVED = {("gemm", fmt) for fmt in DERIVED_ROWS}

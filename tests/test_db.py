@@ -163,7 +163,9 @@ def test_import_writes_the_layout_and_counts(aic, tmp_path):
                                              "at 1.0 or older",
         "scale_matrix_perf.parquet": "no quantize/trtllm/<version>/scale_matrix_perf.parquet at 1.0 or older "
                                      "(only newer: 1.1; never filled forward)",
-        "wideep_deepep_ll_perf.parquet": "no comm/trtllm/<version>/wideep_deepep_ll_perf.parquet at 1.0 or older"}
+        "wideep_deepep_ll_perf.parquet": "no comm/trtllm/<version>/wideep_deepep_ll_perf.parquet at 1.0 or older",
+        "wideep_generation_moe_perf.parquet": "no moe/trtllm/<version>/wideep_generation_moe_perf.parquet at 1.0 or "
+                                              "older"}
     assert not (got["communication"] / "AllToAll.csv.gz").exists()  # no rows left: not written
     assert check_database(tmp_path / "db") == []
 

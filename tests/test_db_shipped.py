@@ -141,11 +141,11 @@ def test_every_shipped_database_checks_clean():
     states (B300, GB200, GB300 add 34 + 35 + 34 kernel tables — GB200 also has TensorRT-LLM's
     min-latency MoE table — and 4 NCCL tables each; every database but the A100's TensorRT-LLM
     and vLLM ones holds Gated DeltaNet's scan and recurrence, the A100's SGLang one the recurrence
-    only; the six SGLang 0.5.14 ones DSA's sparse prefill and DeepEP's low-latency dispatch and combine, of
-    SGLang 0.5.12)."""
+    only; the six SGLang 0.5.14 ones DSA's sparse prefill, DeepEP's low-latency dispatch and combine, of SGLang
+    0.5.12, and the expert compute behind it, of SGLang 0.5.10)."""
     report = inspect(SHIPPED)
     assert report.problems == []
-    assert (report.tables, report.rows) == (260, 6_770_236)
+    assert (report.tables, report.rows) == (266, 6_772_252)
     assert {p.parts[-3]: p.name for p in SHIPPED.glob("*/nccl/*")} == {
         "h100-sxm": "2.29.2", "h200-sxm": "2.29.2", "b200-sxm": "2.29.2", "a100-sxm-80gb": "2.27.3",
         "b300-sxm": "2.29.2", "gb200": "2.29.2", "gb300": "2.29.2"}

@@ -122,3 +122,27 @@ def test_the_sglang_launch_command_runs_the_all_to_all_it_was_priced_with():
     assert "--moe-a2a-backend" not in argv(()) and "--moe-a2a-backend" not in argv((("moe_a2a_backend", "none"),))
     # without attention DP SGLang's tokens are already on every rank: no exchange to choose
     assert "--moe-a2a-backend" not in argv((("moe_a2a_backend", "deepep"),), Layout(tp=8, ep=8))
+
+
+def test_the_experts_behind_deepep_are_priced_by_its_own_measured_kernel():
+    """In decode, DeepEP hands each rank only the tokens routed to its experts, laid out per expert for DeepGEMM's
+    masked grouped GEMM (DeepEPMoE.run_moe_core): aiconfigurator's deepepmoe rows, not the MoE tables whose kernel
+    takes every token of the group. DeepSeek-V3 (block-FP8 experts) on GB200, EP 32, 64 sequences a rank: the
+    step's three expert kernels against the measured row of the same group (2,048 tokens, balanced)."""
+    k = _kernels("gb200", 32, 64, "deepep")
+    t = pd.read_csv(find_database("gb200", framework="sglang") / "GroupedMatMulDeepEP.csv.gz")
+    row = t[(t.tokens == 2048) & (t.moe_ep == 32) & (t.routing == "balanced") & (t.dtype == "fp8_block")]
+    assert len(row) == 1 and "fused_moe_triton" not in k
+    assert 3 * k["deepep_moe"] * 1e6 == pytest.approx(float(row.latency_us.iloc[0]), rel=0.10)
+    assert any("moe.deepep/fp8_block ×58" in n for n in k["_notes"])
+    # the gather path's MoE kernel takes all 2,048 tokens of the group: over twice the time (204 against 87 µs)
+    none = _kernels("gb200", 32, 64, "none")
+    assert 5 * none["fused_moe_triton"] > 2 * 3 * k["deepep_moe"]
+
+
+def test_nvfp4_experts_behind_deepep_borrow_the_fp8_kernels_fit_and_say_so():
+    rc, out, err = run_cli("text-generate", "deepseek-v3.1-nvfp4", "--device", "gb200", "--decode", "--context-length",
+                           "1024", "--num-queries", "2048", "--ep-size", "32", "--dp-size", "32", "--attention-dp",
+                           "--engine", "sglang", "--engine-option", "moe_a2a_backend=deepep", "--json")
+    assert rc == 0, err
+    assert any("moe.deepep/fp4 derived from moe.deepep/fp8_block ×58" in n for n in json.loads(out)["notes"])

@@ -1,10 +1,11 @@
-"""aiconfigurator's measured communication kernels of the engines themselves → perfcast kernel types:
-the engines' own all-reduce and DeepEP's low-latency all-to-all (NCCL's tables stay with
-:mod:`perfcast.db.aic_tables`, which says what every converter does and how a row is kept)."""
+"""aiconfigurator's measured kernels of the engines' own communication → perfcast kernel types: the
+engines' own all-reduce, DeepEP's low-latency all-to-all and the expert compute DeepEP feeds (NCCL's
+tables stay with :mod:`perfcast.db.aic_tables`, which says what every converter does and how a row is
+kept)."""
 
 from __future__ import annotations
 
-from perfcast.db.aic_tables import COMM, DTYPES
+from perfcast.db.aic_tables import COMM, DTYPES, GROUPED
 from perfcast.db.write import Kernel
 from perfcast.ir import itemsize
 
@@ -74,3 +75,24 @@ def deepep_low_latency(df, framework):
     rows = pd.concat([base.assign(dtype="fp8", latency=base.dispatch_avg_t_us / 1000.0),
                       base.assign(dtype="bfloat16", latency=base.combine_avg_t_us / 1000.0)], ignore_index=True)
     return [(k, rows)]
+
+
+def moe_deepep(df, framework):
+    """SGLang's expert compute behind DeepEP's low-latency dispatch (``DeepEPMoE.run_moe_core``: DeepGEMM's
+    masked grouped GEMM over the rank's experts, block-scaled FP8), one rank of a ``moe_ep_size`` group on
+    one GPU (aiconfigurator ``collector/wideep/sglang/collect_deepep_moe.py``, decode cases: 1-128 tokens a
+    rank, the dispatch buffers holding 128). ``num_tokens`` is the group's tokens (a rank's times the EP
+    size), as the other MoE tables count them; ``uniform`` gives every local expert the same share
+    (``num_tokens · topk / num_experts``, or one token each to ``num_tokens · topk`` experts when that is
+    below one): perfcast's ``balanced`` routing. Keyed like ``GroupedMatMul``."""
+    k = Kernel("GroupedMatMulDeepEP", GROUPED, ("tokens",),
+               selection="every row; num_tokens -> tokens (the MoE group's: a rank's decode batch x moe_ep_size), "
+                         "hidden_size -> hidden, inter_size / moe_tp_size -> inter, num_experts -> experts, topk -> "
+                         "top_k, moe_tp_size -> moe_tp, moe_ep_size -> moe_ep, distribution -> routing (uniform -> "
+                         "balanced: every local expert the same share), moe_dtype -> dtype",
+               comment="SGLang's DeepEP MoE expert compute (masked grouped GEMM) in decode: map it from an engine\n"
+                       "profile that runs DeepEP")
+    routing = df.distribution.where(df.distribution != "uniform", "balanced")
+    return [(k, df.assign(tokens=df.num_tokens, hidden=df.hidden_size, inter=df.inter_size // df.moe_tp_size,
+                          experts=df.num_experts, top_k=df.topk, moe_tp=df.moe_tp_size, moe_ep=df.moe_ep_size,
+                          routing=routing, dtype=df.moe_dtype))]

@@ -63,6 +63,7 @@ SOURCES = (
     ("linear_attention", "gdn_perf.parquet", T.gdn),
     ("sparse_attention", "glm5_dsa_attn_module_perf.parquet", T.sparse_mla),
     ("comm", "wideep_deepep_ll_perf.parquet", C.deepep_low_latency),
+    ("moe", "wideep_generation_moe_perf.parquet", C.moe_deepep),
 )
 ANCHORS = SOURCES[:3]
 

@@ -30,7 +30,8 @@ TABLE_CLASSES = {"MatMul": "gemm", "ContextAttention": "attention.context",
                  "ContextMLA": "mla.context", "GenerationMLA": "mla.generation",
                  "CustomAllReduce": "allreduce", "ScaleMatrix": "vector",
                  "GatedDeltaRule": "gdn.chunked", "GatedDeltaRuleDecode": "gdn.recurrent",
-                 "SparseMLAPrefill": "dsa.sparse_prefill", "DeepEPLowLatency": "moe_a2a"}
+                 "SparseMLAPrefill": "dsa.sparse_prefill", "DeepEPLowLatency": "moe_a2a",
+                 "GroupedMatMulDeepEP": "moe.deepep"}
 #: HBM bytes per element of the memory-bound table's kernel: FP8 quantization of a bf16 operand
 #: with a static scale reads 2 B and writes 1 B per element (ComputeScale is not a kernel but a
 #: difference of two measurements, dynamic minus static: left out)

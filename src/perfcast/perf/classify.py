@@ -10,8 +10,8 @@ import sympy
 from perfcast.ir import BYTES_HBM, Leaf, itemsize
 from perfcast.ir.rules import collective_message
 from perfcast.perf.kernel_classes import (ALLREDUCE, CONTEXT, CUSTOM_ALLREDUCE_OPS, DEEPEP_LL_OP, GEMM, GENERATION,
-                                          MLA_CONTEXT, MLA_GENERATION, MOE, MOE_A2A, MOE_TRTLLM_GEN, VECTOR, VECTOR_KINDS,
-                                          KernelClass, Shape)
+                                          MLA_CONTEXT, MLA_GENERATION, MOE, MOE_A2A, MOE_DEEPEP, MOE_TRTLLM_GEN,
+                                          VECTOR, VECTOR_KINDS, KernelClass, Shape)
 from perfcast.perf.kernel_classes_dsa import dsa_shape
 from perfcast.perf.kernel_classes_gdn import gdn_shape
 
@@ -66,7 +66,7 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         e, d = int(leaf.attr("num_experts")), hidden.shape[-1]
         ep = int(leaf.attr("expert_shards") or 1)
         tokens = hidden.numel / d * sympy.sympify(leaf.attr("token_share") or 1) * ep
-        cls = MOE_TRTLLM_GEN if leaf.attr("kernel_class") == MOE_TRTLLM_GEN.name else MOE
+        cls = {c.name: c for c in (MOE_TRTLLM_GEN, MOE_DEEPEP)}.get(str(leaf.attr("kernel_class")), MOE)
         return cls, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
                      "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up), "routing": leaf.attr("routing"),

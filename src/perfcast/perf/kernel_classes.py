@@ -276,6 +276,13 @@ MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str
                                        lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
                                        siblings=(("fp8_block", ("fp4",)),)))
 
+#: SGLang's expert compute behind DeepEP's low-latency dispatch (``--moe-a2a-backend deepep``, decode: DeepGEMM's
+#: masked grouped GEMM over the rank's experts, ``DeepEPMoE.run_moe_core``): the same work, its own kernels and
+#: fits (aiconfigurator's ``deepepmoe`` rows, table ``GroupedMatMulDeepEP``, block-scaled FP8 only); a format it
+#: has no fit of (NVFP4, which SGLang's recipes run with FlashInfer's CuTe DSL masked GEMM) takes ``moe``'s (derived)
+MOE_DEEPEP = _register(KernelClass("moe.deepep", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
+                                   lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
+                                   siblings=(("fp4", ("fp8_block",)),)))
 
 # Latent (MLA) attention -----------------------------------------------------------------------
 #: FlashMLA's decode kernel serves 64 query heads of one sequence per CTA (deepseek-ai/FlashMLA, flash_mla_with_kvcache:

@@ -30,8 +30,8 @@ from perfcast.perf.table_csv import read_table
 from perfcast.perf.tables import KernelTable
 
 #: kernel classes an engine option gives a leaf (perfcast.perf.kernel_classes) → the only table
-#: that measures their kernels: TensorRT-LLM's TRTLLM MoE backend (docs/design/engines.md)
-CLASS_TABLES = {"moe.trtllm_gen": "GroupedMatMulMinLatency"}
+#: that measures their kernels: TensorRT-LLM's TRTLLM MoE backend, SGLang's DeepEP MoE (docs/design/engines.md)
+CLASS_TABLES = {"moe.trtllm_gen": "GroupedMatMulMinLatency", "moe.deepep": "GroupedMatMulDeepEP"}
 
 
 @lru_cache(maxsize=8)
