@@ -278,8 +278,10 @@ MOE_TRTLLM_GEN = _register(KernelClass("moe.trtllm_gen", MOE_KEYS, lambda s: str
 
 #: SGLang's expert compute behind DeepEP's low-latency dispatch (``--moe-a2a-backend deepep``, decode: DeepGEMM's
 #: masked grouped GEMM over the rank's experts, ``DeepEPMoE.run_moe_core``): the same work, its own kernels and
-#: fits (aiconfigurator's ``deepepmoe`` rows, table ``GroupedMatMulDeepEP``, block-scaled FP8 only); a format it
-#: has no fit of (NVFP4, which SGLang's recipes run with FlashInfer's CuTe DSL masked GEMM) takes ``moe``'s (derived)
+#: fits (aiconfigurator's ``deepepmoe`` rows, table ``GroupedMatMulDeepEP``, block-scaled FP8 only). NVFP4 experts,
+#: which SGLang's recipes run with FlashInfer's CuTe DSL masked GEMM (no table), take its block-FP8 fit at their own
+#: bytes and rate (derived): the masked kernel family carries over better than the gather path's NVFP4 kernel, which
+#: takes every token of the group; any other format takes ``moe``'s
 MOE_DEEPEP = _register(KernelClass("moe.deepep", MOE_KEYS, lambda s: str(s["dtype"]), moe_work,
                                    lambda v: GEMM_RATE[v], ("tokens", "weights"), fallback="moe",
                                    siblings=(("fp4", ("fp8_block",)),)))
