@@ -146,3 +146,25 @@ def test_nvfp4_experts_behind_deepep_borrow_the_fp8_kernels_fit_and_say_so():
                            "--engine", "sglang", "--engine-option", "moe_a2a_backend=deepep", "--json")
     assert rc == 0, err
     assert any("moe.deepep/fp4 derived from moe.deepep/fp8_block ×58" in n for n in json.loads(out)["notes"])
+
+
+@pytest.mark.parametrize("argv", [
+    ("llama-3.1-8b",),  # no routed experts
+    ("deepseek-v3", "--device", "h200-sxm"),  # one device: no exchange
+    ("deepseek-v3", "--device", "h200-sxm", "--tp-size", "8", "--ep-size", "8"),  # every rank holds every token
+])
+def test_the_option_is_refused_where_no_moe_group_exchanges_tokens(argv):
+    rc, out, err = run_cli("text-generate", *argv, "--decode", "--context-length", "1024", "--engine", "sglang",
+                           "--engine-option", "moe_a2a_backend=deepep")
+    assert (rc, out) == (2, "") and "moe_a2a_backend" in err and err.count("\n") == 1
+
+
+def test_an_instance_without_the_exchange_runs_as_its_layout_fixes():
+    """optimize and recommend set an option for every candidate; one whose MoE group exchanges no tokens drops
+    it (no DeepEP kernels priced where SGLang would run none)."""
+    from perfcast.capture.parallel import Layout
+    from perfcast.engines import exchange_options
+
+    options = (("moe_a2a_backend", "deepep"), ("moe_backend", "TRTLLM"))
+    assert exchange_options(options, Layout(dp=8, ep=8, attention_dp=True)) == options
+    assert exchange_options(options, Layout(tp=8, ep=8)) == (("moe_backend", "TRTLLM"),)

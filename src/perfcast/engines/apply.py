@@ -73,7 +73,7 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
     from perfcast.capture.parallel import experts_of
 
     named = dict(options)
-    for key in ("moe_backend", "moe_mxfp4_activations", "moe_exchange"):  # the routed experts' options
+    for key in ("moe_backend", "moe_mxfp4_activations", "moe_exchange", "moe_a2a_backend"):  # the experts' options
         if key in named and not experts_of(model.data):
             raise UserError(f"--engine-option {key}={named[key]}: {model.name} has no routed experts")
     if quantization is None:
@@ -88,13 +88,26 @@ def check_options(options: tuple[tuple[str, str], ...], model, profile: EnginePr
                         f"experts, and {model.name}'s experts are {scheme or 'unquantized'} here")
 
 
+#: options that choose how an attention-DP MoE group exchanges its tokens (TensorRT-LLM's forced method,
+#: SGLang's all-to-all backend): they apply to such a layout only
+EXCHANGE_OPTIONS = ("moe_exchange", "moe_a2a_backend")
+
+
 def check_exchange(options: tuple[tuple[str, str], ...], *layouts) -> None:
-    """``--engine-option moe_exchange`` where no instance of the deployment (``layouts``: one, or a
-    disaggregated run's two pools) can take it: attention data parallelism with expert parallelism
-    over the whole MoE group (moe_tp 1). An instance that cannot runs as its layout fixes."""
-    if "moe_exchange" in dict(options) and not any(x.moe_exchange_applies for x in layouts):
-        raise UserError("--engine-option moe_exchange: applies with --attention-dp and --ep-size the MoE group "
-                        "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
+    """``--engine-option moe_exchange`` or ``moe_a2a_backend`` where no instance of the deployment
+    (``layouts``: one, or a disaggregated run's two pools) can take it: attention data parallelism
+    with expert parallelism over the whole MoE group (moe_tp 1). An instance that cannot runs as its
+    layout fixes (:func:`exchange_options`)."""
+    for key in EXCHANGE_OPTIONS:
+        if key in dict(options) and not any(x.moe_exchange_applies for x in layouts):
+            raise UserError(f"--engine-option {key}: applies with --attention-dp and --ep-size the MoE group "
+                            "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
+
+
+def exchange_options(options: tuple[tuple[str, str], ...], layout) -> tuple[tuple[str, str], ...]:
+    """``options`` as an instance of ``layout`` takes them: the exchange's options dropped where its MoE
+    group exchanges no tokens (no attention DP, or experts split inside the group)."""
+    return options if layout.moe_exchange_applies else tuple(o for o in options if o[0] not in EXCHANGE_OPTIONS)
 
 
 def rotates(profile: EngineProfile, phase: str) -> bool:

@@ -97,7 +97,7 @@ class Request:
     def profile(self) -> engines.EngineProfile:
         """The engine profile the step is priced as (the device's default when none is named), its
         decode graphs as ``--cuda-graph-max-batch-size`` captures them where given."""
-        profile = engines.resolve(self.engine, self.device, self.engine_options)
+        profile = engines.resolve(self.engine, self.device, engines.exchange_options(self.engine_options, self.layout))
         if self.cuda_graph_max is None:
             return profile
         return engines.with_cuda_graphs(profile, self.cuda_graph_max, self.device)
