@@ -18,8 +18,7 @@ from perfcast.capture.mixer_kinds import ATTRS as MIXER_ATTRS
 from perfcast.capture.mixer_kinds import CACHED as MIXER_CACHED
 from perfcast.capture.mixer_kinds import KINDS as MIXER_KINDS
 from perfcast.capture.quant import QuantPlan, as_plan, group_of, record_group
-from perfcast.capture.types import (MOE_A2A_COMBINE, MOE_A2A_DISPATCH, MOE_DISPATCH, Capture, OpRecord, TensorMeta,
-                                    storage_roots)
+from perfcast.capture.types import MOE_DISPATCH, Capture, OpRecord, TensorMeta, moe_a2a_side, storage_roots
 from perfcast.ir.routing import DEFAULT as DEFAULT_ROUTING
 from perfcast.ir import FLOPS_VECTOR, Graph, Leaf, Loop, Tensor, itemsize, make_leaf
 
@@ -314,7 +313,7 @@ def _collective_attrs(rec: OpRecord, attrs: dict, lw: _Lowerer) -> None:
     axis, group = rec.scalars[:2]
     # ``op`` is the collective's name, as on DSL collective leaves (the profiling mapping's key)
     attrs.update(op=op_packet(rec.op), collective=op_packet(rec.op), axis=str(axis), group_size=int(group))
-    if rec.scalars[2:3] in ((MOE_A2A_DISPATCH,), (MOE_A2A_COMBINE,)):  # a MoE layer's dispatch or combine
+    if moe_a2a_side(rec.scalars):  # a MoE layer's dispatch or combine
         attrs["top_k"] = int(rec.scalars[3])
 
 

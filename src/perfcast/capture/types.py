@@ -15,6 +15,12 @@ MOE_DISPATCH = "moe_dispatch"
 MOE_A2A_DISPATCH, MOE_A2A_COMBINE = "moe_a2a_dispatch", "moe_a2a_combine"
 
 
+def moe_a2a_side(scalars: tuple) -> str | None:
+    """``dispatch`` or ``combine`` for a MoE layer's all-to-all record (its scalars), else None."""
+    mark = scalars[2] if len(scalars) > 2 else None
+    return {MOE_A2A_DISPATCH: "dispatch", MOE_A2A_COMBINE: "combine"}.get(mark) if isinstance(mark, str) else None
+
+
 @dataclass(frozen=True)
 class TensorMeta:
     shape: tuple[sympy.Expr, ...]

@@ -16,7 +16,7 @@ import sympy
 
 from perfcast.capture.kernels import KernelGroup
 from perfcast.capture.lower import FUSIBLE, kind_of
-from perfcast.capture.types import MOE_A2A_COMBINE, MOE_A2A_DISPATCH, OpRecord
+from perfcast.capture.types import OpRecord, moe_a2a_side
 from perfcast.engines.roles import assign, packet
 from perfcast.engines.spec import EngineProfile, When
 from perfcast.ir.registry import Registry
@@ -355,9 +355,9 @@ def _allreduce(rule, entries, ctx, lw, state):
 
 @HANDLERS.register("moe_a2a")
 def _moe_a2a(rule, entries, ctx, lw, state):
-    for e in entries:  # the parallel plan marks a MoE layer's two all-to-alls (scalars after axis and group)
-        side = {MOE_A2A_DISPATCH: "dispatch", MOE_A2A_COMBINE: "combine"}.get(str((*e.head.scalars, 0, 0, 0)[2]))
-        if side and e.kernel is None and e.how is None and kind_of(e.head) == "all_to_all":
+    for e in entries:  # the parallel plan marks a MoE layer's two all-to-alls
+        side = moe_a2a_side(e.head.scalars) if kind_of(e.head) == "all_to_all" else None
+        if side and e.kernel is None and e.how is None:
             e.kernel, e.kernel_class = getattr(rule, side), "moe_a2a"
             e.attrs.update(op=rule.op, wire_dtype=getattr(rule, f"{side}_dtype"))
     return entries
