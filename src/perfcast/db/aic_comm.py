@@ -5,7 +5,7 @@ kept)."""
 
 from __future__ import annotations
 
-from perfcast.db.aic_tables import COMM, DTYPES, GROUPED
+from perfcast.db.aic_tables import COMM, DTYPES, GROUPED, grouped_columns
 from perfcast.db.write import Kernel
 from perfcast.ir import itemsize
 
@@ -92,7 +92,4 @@ def moe_deepep(df, framework):
                          "balanced: every local expert the same share), moe_dtype -> dtype",
                comment="SGLang's DeepEP MoE expert compute (masked grouped GEMM) in decode: map it from an engine\n"
                        "profile that runs DeepEP")
-    routing = df.distribution.where(df.distribution != "uniform", "balanced")
-    return [(k, df.assign(tokens=df.num_tokens, hidden=df.hidden_size, inter=df.inter_size // df.moe_tp_size,
-                          experts=df.num_experts, top_k=df.topk, moe_tp=df.moe_tp_size, moe_ep=df.moe_ep_size,
-                          routing=routing, dtype=df.moe_dtype))]
+    return [(k, grouped_columns(df, df.distribution.where(df.distribution != "uniform", "balanced")))]

@@ -154,11 +154,15 @@ def moe(df, framework):
                                          "profile that enables it"), df[gated & split & fast])):
         kernel.counts.update(dropped_nongated=int((~gated).sum()), dropped_inter_not_split=int((gated & ~split).sum()))
         if len(rows) or kernel.name == "GroupedMatMul":
-            out.append((kernel, rows.assign(tokens=rows.num_tokens, hidden=rows.hidden_size,
-                                            inter=rows.inter_size // rows.moe_tp_size, experts=rows.num_experts,
-                                            top_k=rows.topk, moe_tp=rows.moe_tp_size, moe_ep=rows.moe_ep_size,
-                                            routing=rows.distribution, dtype=rows.moe_dtype)))
+            out.append((kernel, grouped_columns(rows, rows.distribution)))
     return out
+
+
+def grouped_columns(rows, routing):
+    """A MoE table's rows with the ``GroupedMatMul`` keys (:data:`GROUPED`), ``routing`` the token distribution."""
+    return rows.assign(tokens=rows.num_tokens, hidden=rows.hidden_size, inter=rows.inter_size // rows.moe_tp_size,
+                       experts=rows.num_experts, top_k=rows.topk, moe_tp=rows.moe_tp_size, moe_ep=rows.moe_ep_size,
+                       routing=routing, dtype=rows.moe_dtype)
 
 
 #: the keys of a Gated DeltaNet kernel (the shape of the scan and of each sequence's state)
