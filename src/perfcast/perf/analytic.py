@@ -132,10 +132,10 @@ class AnalyticPerformanceModel(PerformanceModel):
         and vector work issue from the same cores, one after the other."""
         link = any(r.startswith(LINK_PREFIX) for r in op.cost)
         r = self._fitted(op, kernel, link)
+        if link:  # a fit, or the topology (priced once: where no fit applies, _fitted already did)
+            return {f"link:{op.attr('axis')}": (r if r is not None else self.collective(op)).time_s}
         if r is not None and r.includes_launch:  # a fit (or a fit switched by shape) priced it
-            return {f"link:{op.attr('axis')}": r.time_s} if link else self._calibrated_busy(r)
-        if link:
-            return {f"link:{op.attr('axis')}": self.collective(op).time_s}
+            return self._calibrated_busy(r)
         return self._busy(op, kernel)[0]
 
     @staticmethod

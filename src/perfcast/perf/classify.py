@@ -16,6 +16,10 @@ from perfcast.perf.kernel_classes_dsa import dsa_shape
 from perfcast.perf.kernel_classes_gdn import gdn_shape
 
 
+#: the MoE classes an engine profile names for its own expert kernels (the leaf's ``kernel_class``); else ``moe``
+ENGINE_MOE_CLASSES = {c.name: c for c in (MOE_TRTLLM_GEN, MOE_DEEPEP)}
+
+
 def _gemm_variant(leaf: Leaf, act, weight) -> str:
     """The GEMM format: the one a quantized leaf states (``quant_format``), else its
     ``compute_dtype`` where set (a GEMM that casts its 16-bit operands up inside the kernel),
@@ -66,7 +70,7 @@ def classify(leaf: Leaf) -> tuple[KernelClass, Shape] | None:
         e, d = int(leaf.attr("num_experts")), hidden.shape[-1]
         ep = int(leaf.attr("expert_shards") or 1)
         tokens = hidden.numel / d * sympy.sympify(leaf.attr("token_share") or 1) * ep
-        cls = {c.name: c for c in (MOE_TRTLLM_GEN, MOE_DEEPEP)}.get(str(leaf.attr("kernel_class")), MOE)
+        cls = ENGINE_MOE_CLASSES.get(str(leaf.attr("kernel_class")), MOE)
         return cls, {"tokens": tokens, "hidden": d, "inter": gate_up.numel / e / d / 2, "experts": e,
                      "top_k": int(leaf.attr("top_k")), "moe_tp": int(leaf.attr("expert_tp") or 1),
                      "moe_ep": ep, "dtype": _gemm_variant(leaf, hidden, gate_up), "routing": leaf.attr("routing"),
