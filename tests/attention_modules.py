@@ -34,6 +34,20 @@ def concrete_module_s(model, device, engine, tp, decode, batch, tokens, past, *,
                and lt.leaf.kind != "all_reduce" and lt.leaf.attr("kernel") not in stubbed)
 
 
+def shipped_sample(bench: dict, key: str):
+    """The benchmark's shipped sample, checked against its MANIFEST entry ``key`` (sha256 and row count)."""
+    import hashlib
+
+    from perfcast.inference import silicon_file
+
+    m = silicon_file.manifest()[key]
+    path = ROOT / "src/perfcast/data/validation" / m["file"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == m["sha256"]
+    rows = bench["shipped"]()
+    assert len(rows) == m["rows"]
+    return rows
+
+
 def no_rows_is_one_line(bench: dict, capsys) -> None:
     """``--device`` of a device the shipped sample has no rows of: exit 2 and one line on stderr."""
     assert bench["main"](["--device", "mi300x"]) == 2

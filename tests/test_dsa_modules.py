@@ -2,12 +2,10 @@
 measured attention modules, and perfcast's price of one layer's module from the symbolic lowering —
 the same leaves, at the same point, as text-generate's concrete step."""
 
-import hashlib
 
 import pytest
 
-from attention_modules import ROOT, benchmark, concrete_module_s, no_rows_is_one_line
-from perfcast.inference import silicon_file
+from attention_modules import benchmark, concrete_module_s, no_rows_is_one_line, shipped_sample
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +14,7 @@ def bench():
 
 
 def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
-    m = silicon_file.manifest()["dsa_modules"]
-    path = ROOT / "src/perfcast/data/validation" / m["file"]
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == m["sha256"]
-    rows = bench["shipped"]()
-    assert len(rows) == m["rows"]
+    rows = shipped_sample(bench, "dsa_modules")
     assert set(rows.model) == {"glm-5-fp8", "deepseek-v3.2"} and set(rows.tp) == {4, 8}
     assert set(rows.phase) == {"decode", "prefill"} and (rows[rows.phase == "decode"].new_tokens == 1).all()
 

@@ -2,12 +2,10 @@
 measured attention modules, and perfcast's price of one layer's module from the symbolic lowering — the
 same leaves, at the same point, as text-generate's concrete step."""
 
-import hashlib
 
 import pytest
 
-from attention_modules import ROOT, benchmark, concrete_module_s, no_rows_is_one_line
-from perfcast.inference import silicon_file
+from attention_modules import benchmark, concrete_module_s, no_rows_is_one_line, shipped_sample
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +14,8 @@ def bench():
 
 
 def test_the_shipped_sample_is_the_one_its_manifest_describes(bench):
-    m = silicon_file.manifest()["mla_modules"]
-    path = ROOT / "src/perfcast/data/validation" / m["file"]
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == m["sha256"]
-    rows = bench["shipped"]()
-    assert len(rows) == m["rows"] and set(rows.model) == {"deepseek-v3"}
+    rows = shipped_sample(bench, "mla_modules")
+    assert set(rows.model) == {"deepseek-v3"}
     assert set(rows.heads) == {16, 32, 64, 128} and (rows.tp * rows.heads == 128).all()
     assert set(rows.gemm) == {"bf16", "fp8_block", "nvfp4"} and set(rows.gemm) <= set(bench["QUANTIZE"])
     assert set(rows.phase) == {"decode", "prefill"} and (rows[rows.phase == "decode"].new_tokens == 1).all()
