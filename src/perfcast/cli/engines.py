@@ -70,6 +70,9 @@ def _rule_line(r) -> tuple[str, str, str]:
     elif r.rule == "moe_a2a":
         kernel = f"{r.dispatch} ({r.dispatch_dtype}), {r.combine} ({r.combine_dtype})"
         what = f"MoE dispatch/combine all-to-alls, priced by {r.op}"
+    elif r.rule == "aux_stream":
+        kernel = f"(second stream, {' or '.join(r.launch)} launches)"
+        what = f"{'/'.join(r.modules)} alongside {'+'.join(r.alongside)}"
     else:
         what = "+".join(r.roles)
         if r.rule == "absorb":

@@ -16,7 +16,7 @@ import sympy
 
 from perfcast.capture.kernels import KernelGroup
 from perfcast.capture.lower import FUSIBLE, kind_of
-from perfcast.capture.types import OpRecord, moe_a2a_side
+from perfcast.capture.types import OpRecord
 from perfcast.engines.roles import assign, packet
 from perfcast.engines.spec import EngineProfile, When
 from perfcast.ir.registry import Registry
@@ -353,16 +353,6 @@ def _allreduce(rule, entries, ctx, lw, state):
     return entries
 
 
-@HANDLERS.register("moe_a2a")
-def _moe_a2a(rule, entries, ctx, lw, state):
-    for e in entries:  # the parallel plan marks a MoE layer's two all-to-alls
-        side = moe_a2a_side(e.head.scalars) if kind_of(e.head) == "all_to_all" else None
-        if side and e.kernel is None and e.how is None:
-            e.kernel, e.kernel_class = getattr(rule, side), "moe_a2a"
-            e.attrs.update(op=rule.op, wire_dtype=getattr(rule, f"{side}_dtype"))
-    return entries
-
-
 def _fits(s, size, tokens, group) -> bool:
     """Whether strategy ``s``'s limits admit the message; a symbolic size fits only a strategy
     with no size limit (the profile's last, catch-all entry)."""
@@ -398,3 +388,6 @@ def _leftover(profile: EngineProfile, entries: list[Entry]) -> list[Entry]:
             e.attrs.setdefault("rule", "leftover")
     return entries
 
+
+# the MoE rules (all-to-all kernels, the second stream) register their handlers on import
+from perfcast.engines import plan_moe  # noqa: E402, F401

@@ -184,8 +184,24 @@ class MoeA2aRule(_Rule):
     combine_dtype: Literal["fp8", "bf16"]
 
 
+class AuxStreamRule(_Rule):
+    """Work the engine runs on a second CUDA stream, at the same time as the main stream's: in each
+    MoE block, the kernels of its submodules named in ``modules`` (the shared experts) run alongside
+    the block's kernels whose roles are in ``alongside`` (the router, the routed experts and their
+    exchange) up to the op that joins them (role ``moe_add``) — only where the step's kernels are
+    launched as one of ``launch`` (an engine may switch streams only inside a CUDA graph). The
+    roll-ups charge the two streams as concurrent work sharing the device's resources
+    (:mod:`perfcast.rollup.streams`)."""
+
+    rule: Literal["aux_stream"]
+    modules: Annotated[list[Text], Field(min_length=1)]
+    alongside: Annotated[list[Text], Field(min_length=1)]
+    launch: Annotated[list[Literal["cuda_graph", "compiled", "eager"]], Field(min_length=1)]
+
+
 Rule = Annotated[Union[DropRule, MergeGemmsRule, NormRule, FuseRule, AbsorbRule, NameRule,
-                       AttentionRule, AllReduceRule, MoeA2aRule], Field(discriminator="rule")]
+                       AttentionRule, AllReduceRule, MoeA2aRule,
+                       AuxStreamRule], Field(discriminator="rule")]
 
 
 class Leftover(_Strict):

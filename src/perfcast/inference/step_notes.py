@@ -120,6 +120,7 @@ def engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[s
                      "the first layer's norm runs before the loop and the final norm is the last layer's")
     for why, n in low.dropped.items():
         notes.append(f"not run per step by {profile.name} ({n} captured ops): {why}")
+    notes += _stream_notes(profile, launch, [leaf for leaf in leaves(low.graph) if leaf.attr("stream_join")])
     left = [leaf for leaf in leaves(low.graph) if leaf.attr("rule") == "leftover" and leaf.kind not in
             ("matmul", "attention", "grouped_matmul", "gather")]
     if left and profile.leftover.memory == "per_op":
@@ -127,3 +128,21 @@ def engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[s
         notes.append(f"{len(left)} memory-bound kernels match no fusion rule of {profile.name} and run one per op: "
                      + ", ".join(names[:6]) + ("…" if len(names) > 6 else ""))
     return notes
+
+
+def _stream_notes(profile, launch: Launch, marked: list) -> list[str]:
+    """The engine's second stream (rule ``aux_stream``): what runs on it, and whether this step's
+    launch lets the engine switch streams (:mod:`perfcast.rollup.streams`)."""
+    if not marked:
+        return []
+    blocks = sorted({str(leaf.attr("stream_join")) for leaf in marked})
+    aux = sorted({str(leaf.attr("kernel")) for leaf in marked if leaf.attr("stream") == "aux"})
+    main = sorted({str(leaf.attr("kernel")) for leaf in marked if leaf.attr("stream") == "main"})
+    modes = str(marked[0].attr("stream_launch")).split(",")
+    where = f"every MoE block ({blocks[0]}" + (f" and {len(blocks) - 1} more as captured)" if len(blocks) > 1 else ")")
+    if launch.mode in modes:
+        return [f"second stream: in {where}, {', '.join(aux)} run on {profile.name}'s auxiliary stream alongside "
+                f"{', '.join(main)} on the main one — priced as concurrent work sharing the device's resources, "
+                f"the rest one after another (stream_overlap_s)"]
+    return [f"second stream: {profile.name} would run {', '.join(aux)} alongside {', '.join(main)} in {where}, "
+            f"but only under {' or '.join(modes)} launches; this step launches {launch.mode}: one stream"]

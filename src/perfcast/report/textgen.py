@@ -207,15 +207,21 @@ def to_json(result) -> dict:
                         "provenance_shares_by_count": provenance_by_count(result, name),
                         "missed_ops": missed_ops(result, name)[:10],
                         "kernel_launches": int(result.rollups[name].kernels),
-                        "launch_time_s": ev.launch_time_s, "host_launch_time_s": ev.host_launch_s}
+                        "launch_time_s": ev.launch_time_s, "host_launch_time_s": ev.host_launch_s,
+                        "stream_overlap_s": ev.stream_overlap_s}
     first = next(iter(models))
     low = result.lowered
     notes = list(result.notes)
+    streamed = any(ev.stream_overlap_s for ev in result.evaluations.values())
     if ov:
         transforms = next(iter(ov.values())).rollup.transforms
         notes = [f"kernels run one after another except where --overlap rewrites the sum ({', '.join(transforms)}; "
-                 f"see the overlap table)" if n == _SERIAL_NOTE else n for n in notes]
+                 f"see the overlap table)" + (" and the engine's second stream (its note)" if streamed else "")
+                 if n == _SERIAL_NOTE else n for n in notes]
         notes += [f"overlap {t}: {SUMMARY[t]}" for t in transforms]
+    elif streamed:
+        notes = ["kernels run one after another except the engine's second stream (its note): no other overlap "
+                 "is assumed" if n == _SERIAL_NOTE else n for n in notes]
     doc = {
         "model": req.model.name, "model_type": req.model.model_type, "device": req.device.name,
         "phase": "decode" if req.decode else "prefill", "num_queries": req.num_queries,
@@ -320,6 +326,10 @@ def render(console: Console, result, top: int = 15) -> None:
         count = max(int(result.rollups[names[0]].launches), 1)  # the launches a fixed cost is charged for
         ops.add_row("(kernel launch latency)", f"{count:,}", *(seconds(launches[n]) for n in names),
                     seconds(launches[names[0]] / count), "latency", percent(launches[names[0]] / total))
+    streamed = {n: result.evaluations[n].stream_overlap_s for n in names}
+    if any(streamed.values()):
+        ops.add_row("(second stream: run alongside)", "", *(f"−{seconds(streamed[n])}" for n in names),
+                    "", "", f"−{percent(streamed[names[0]] / total)}")
     console.print(ops)
     _print_kernels(console, doc["engine"], names, top)
     for name, o in ov.items():

@@ -23,7 +23,10 @@ The launch cost follows the :class:`LaunchModel`:
   ahead — with the tens of microseconds the serving engines' Python forward spends per kernel,
   an overcharge of a fifth of an eagerly launched decode step (docs/design/engines.md).
 
-Leaves are assumed not to overlap each other (the sum of per-leaf roofline times); the overlap
+Leaves are assumed not to overlap each other (the sum of per-leaf roofline times), except where the
+engine runs part of a block on a second stream (:mod:`perfcast.rollup.streams`: the plan marks both
+sides, and under a launch mode in which the engine switches streams the block's two sides take
+``conc(main, aux)``; ``stream_overlap_s`` is what that hides, taken off the sum); the overlap
 transforms of :mod:`perfcast.rollup.overlap` rewrite parts of this sum into ``Max``/``Min`` forms.
 """
 
@@ -39,6 +42,7 @@ import sympy
 from perfcast.ir import Cost, Leaf, Op, cost, trip_counts, walk
 from perfcast.perf import PerformanceModel, Result, bound_of
 from perfcast.rollup.guard import check_grid, check_point, check_values
+from perfcast.rollup.streams import hidden, serial, stream_groups, timing
 
 
 @dataclass(frozen=True)
@@ -92,14 +96,17 @@ class Evaluation:
     leaves: dict[str, dict[str, float | str]]
     launch_time_s: float
     host_launch_s: float = 0.0  # the part of launch_time_s the host's eager launches add
+    stream_overlap_s: float = 0.0  # what the engine's second stream hides (taken off the leaves' sum)
 
     def _shares(self, column: str, launch_label: str) -> dict[str, float]:
+        """Shares of the kernels' serial time (the step's time plus what a second stream hides)."""
         shares: dict[str, float] = {}
         for row in self.leaves.values():
             shares[row[column]] = shares.get(row[column], 0.0) + row["time_s"]
         if self.launch_time_s:
             shares[launch_label] = shares.get(launch_label, 0.0) + self.launch_time_s
-        return {k: v / self.time_s for k, v in shares.items()} if self.time_s else shares
+        whole = self.time_s + self.stream_overlap_s
+        return {k: v / whole for k, v in shares.items()} if whole else shares
 
     def bound_shares(self) -> dict[str, float]:
         """Share of total time spent in leaves of each bound (launch latency: ``latency``)."""
@@ -153,6 +160,13 @@ class FastRollup:
         self.launches: sympy.Expr = launches
         self.kernels: sympy.Expr = kernels  # kernels the step runs (launches of multi-kernel ops counted)
         self.trips = trip_counts(op)
+        #: the time the engine's second stream hides, per block × its executions (:mod:`perfcast.rollup.streams`)
+        self.stream_blocks: dict[tuple, sympy.Expr] = {}
+        for (join, trips), g in stream_groups(rows, self.launch_model.mode).items():
+            main, aux = (serial(timing(r.result.breakdown, r.result.time_s) for r in g[side])
+                         for side in ("main", "aux"))
+            self.stream_blocks[(join, trips)] = trips * hidden(main, aux)
+        self.stream_overlap_s: sympy.Expr = sympy.Add(*self.stream_blocks.values())
 
     @cached_property
     def cost(self) -> Cost:
@@ -160,8 +174,9 @@ class FastRollup:
 
     @cached_property
     def device_time_s(self) -> sympy.Expr:
-        """The step's time on the device: its kernels and their static launch latencies."""
-        return sympy.Add(*(r.time_s + r.trips * r.launch_s for r in self.leaves))
+        """The step's time on the device: its kernels and their static launch latencies, less what
+        the engine's second stream hides."""
+        return sympy.Add(*(r.time_s + r.trips * r.launch_s for r in self.leaves)) - self.stream_overlap_s
 
     @cached_property
     def host_launch_s(self) -> sympy.Expr:
@@ -235,10 +250,11 @@ class FastRollup:
             leaves[key] = row
         totals = {k: num(v) for k, v in self.cost.items()}
         launch = num(self.launch_time_s)
+        hid = num(self.stream_overlap_s)
         return Evaluation(point={s.name: float(v) for s, v in point.items()},
-                          time_s=sum(r["time_s"] for r in leaves.values()) + launch,
+                          time_s=sum(r["time_s"] for r in leaves.values()) + launch - hid,
                           totals=totals, leaves=leaves, launch_time_s=launch,
-                          host_launch_s=num(self.host_launch_s))
+                          host_launch_s=num(self.host_launch_s), stream_overlap_s=hid)
 
     # Grids -------------------------------------------------------------------------------
     def lambdify(self, names: Sequence[str] | None = None, expr: sympy.Expr | None = None):

@@ -9,17 +9,15 @@ changes it; the time of every part stays at least its busiest resource's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import sympy
 
 from perfcast.ir import BYTES_HBM, Graph, Leaf, Loop, Op, walk
 from perfcast.ir.rules import COLLECTIVE_KINDS
-from perfcast.perf import bound_of
 from perfcast.rollup.fast import FastRollup, LeafTotal
-
-ZERO = sympy.Integer(0)
+from perfcast.rollup.streams import ZERO, Timing, conc, serial
+from perfcast.rollup.streams import resource as _resource
 
 
 def weight_bytes(leaf: Leaf) -> sympy.Expr:
@@ -38,41 +36,6 @@ def weight_bytes(leaf: Leaf) -> sympy.Expr:
         pairs = hidden.numel / hidden.shape[-1] * leaf.attr("top_k") * sympy.sympify(leaf.attr("token_share", 1))
         return sympy.Min(sympy.Rational(experts, shards), pairs) * (gate_up.nbytes + down.nbytes) / experts
     return ZERO
-
-
-@dataclass(frozen=True)
-class Timing:
-    """A part's time and the time it keeps each resource busy (per execution)."""
-
-    time: sympy.Expr
-    busy: dict = field(default_factory=dict)
-
-    def __add__(self, other: "Timing") -> "Timing":
-        busy = dict(self.busy)
-        for r, v in other.busy.items():
-            busy[r] = busy.get(r, ZERO) + v
-        return Timing(self.time + other.time, busy)
-
-    def __mul__(self, n) -> "Timing":
-        return Timing(n * self.time, {r: n * v for r, v in self.busy.items()})
-
-
-def serial(parts: Iterable[Timing]) -> Timing:
-    return sum(parts, Timing(ZERO))
-
-
-def conc(*parts: Timing) -> Timing:
-    """Parts that run at once: the longest part, or a resource two parts share, whichever is busier."""
-    parts = [p for p in parts if p.time != 0]
-    total = serial(parts)
-    shared = [total.busy[r] for r in total.busy if sum(r in p.busy for p in parts) > 1]
-    return Timing(sympy.Max(*(p.time for p in parts), *shared), total.busy) if parts else total
-
-
-def _resource(term: str) -> str:
-    """A breakdown term's resource: memory terms keep their level, all links are one network."""
-    head = bound_of(term)
-    return term if head == "memory" else head
 
 
 @dataclass(frozen=True)
@@ -152,7 +115,23 @@ class Evaluator:
             return self.loop(op, path, trips, kernel, ctx)
         if ctx.split and self.block_sites(op, ctx.rules):
             return self.block(op, path, trips, kernel, ctx)
-        return serial(self.node(c, path + (c.name,), trips, kernel, ctx) for c in op.ops)
+        return self.streams(self.children(op, path, trips, kernel, ctx))
+
+    def streams(self, parts: list[tuple[Op, Timing]]) -> Timing:
+        """A block's children one after another, except the kernels the engine runs on two streams
+        (:mod:`perfcast.rollup.streams`): each marked block's main and aux sides run at once."""
+        mode, rest, groups = self.base.launch_model.mode, [], {}
+        for c, t in parts:
+            join = c.attr("stream_join") if isinstance(c, Leaf) else None
+            if join is not None and mode in str(c.attr("stream_launch") or "").split(","):
+                groups.setdefault(join, {"main": [], "aux": []})[c.attr("stream")].append(t)
+            else:
+                rest.append(t)
+        out = serial(rest)
+        for g in groups.values():
+            sides = [serial(g["main"]), serial(g["aux"])]
+            out = out + (conc(*sides) if g["main"] and g["aux"] else serial(sides))
+        return out
 
     def children(self, g: Graph, path, trips, kernel, ctx) -> list[tuple[Op, Timing]]:
         return [(c, self.node(c, path + (c.name,), trips, kernel, ctx)) for c in g.ops]
