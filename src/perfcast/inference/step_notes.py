@@ -143,6 +143,7 @@ def _stream_notes(profile, launch: Launch, marked: list) -> list[str]:
     if launch.mode in modes:
         return [f"second stream: in {where}, {', '.join(aux)} run on {profile.name}'s auxiliary stream alongside "
                 f"{', '.join(main)} on the main one — priced as concurrent work sharing the device's resources, "
-                f"the rest one after another (stream_overlap_s)"]
+                f"each compute kernel holding every SM, so what hides is what runs beside the main stream's "
+                f"collectives; the rest one after another (stream_overlap_s)"]
     return [f"second stream: {profile.name} would run {', '.join(aux)} alongside {', '.join(main)} in {where}, "
             f"but only under {' or '.join(modes)} launches; this step launches {launch.mode}: one stream"]

@@ -21,33 +21,42 @@ def step_trace(result, path: str) -> None:
 def chrome_trace(result, path: str) -> None:
     """Trace Event Format (Perfetto/chrome://tracing): one complete event per kernel, loops
     unrolled, in capture order, on one track per performance model — and a second track for the
-    kernels the engine runs on its second stream, from where the block's main-stream kernels start
-    (:mod:`perfcast.rollup.streams`; the roll-up's time for the block is at least the longer side)."""
+    kernels the engine runs on its second stream, placed so that their block ends where the roll-up
+    prices it (:mod:`perfcast.rollup.streams`): the aux kernels end with the block."""
     events, pid = [], 1
     for tid, (name, r) in enumerate(result.rollups.items(), start=1):
+        ev = result.evaluations[name]
         times = {id(lt.leaf): (row["time_s"] + row.get("launch_s", 0.0)) / float(lt.trips)
-                 for lt, row in zip(r.leaves, result.evaluations[name].leaves.values())}
-        mode, aux_tid = r.launch_model.mode, tid + len(result.rollups)
-        clock, aux = [0.0], [None]  # aux: the second stream's clock while a block's sides run
+                 for lt, row in zip(r.leaves, ev.leaves.values())}
+        hides = {join: s for (join, _), s in ev.stream_blocks_s.items()}
+        aux_tid = tid + len(result.rollups)
+        clock, block = [0.0], {}  # block: the two-stream block under way (its aux kernels)
 
-        def streamed(op) -> bool:
-            return isinstance(op, Leaf) and op.attr("stream_join") is not None \
-                and mode in str(op.attr("stream_launch") or "").split(",")
+        def close():
+            if block:  # the join: the block takes its sides' sum less what the second stream hides
+                aux_s = sum(dur for _, dur in block["aux"])
+                end = clock[0] + aux_s - hides[block["join"]] * 1e6
+                ts = end - aux_s
+                for e, dur in block["aux"]:
+                    e["ts"], ts = ts, ts + dur
+                clock[0] = end
+                block.clear()
 
         def emit(op, layer: str | None):
             if isinstance(op, Leaf):
-                if streamed(op) and aux[0] is None:
-                    aux[0] = clock[0]
-                elif not streamed(op) and aux[0] is not None:  # the join: both streams done
-                    clock[0], aux[0] = max(clock[0], aux[0]), None
-                on_aux = streamed(op) and op.attr("stream") == "aux"
+                join = op.attr("stream_join") if op.attr("stream_join") in hides else None
+                if join != block.get("join"):
+                    close()
+                    if join is not None:
+                        block.update(join=join, aux=[])
+                on_aux = join is not None and op.attr("stream") == "aux"
                 dur = times[id(op)] * 1e6
-                events.append({"name": str(op.attr("kernel") or op_name(op)), "cat": op.kind, "ph": "X",
-                               "ts": aux[0] if on_aux else clock[0], "dur": dur, "pid": pid,
-                               "tid": aux_tid if on_aux else tid,
-                               "args": {"module": op.attr("module"), "layer": layer, "op": op_name(op)}})
+                e = {"name": str(op.attr("kernel") or op_name(op)), "cat": op.kind, "ph": "X", "ts": clock[0],
+                     "dur": dur, "pid": pid, "tid": aux_tid if on_aux else tid,
+                     "args": {"module": op.attr("module"), "layer": layer, "op": op_name(op)}}
+                events.append(e)
                 if on_aux:
-                    aux[0] += dur
+                    block["aux"].append((e, dur))
                 else:
                     clock[0] += dur
             elif isinstance(op, Loop):
@@ -59,6 +68,7 @@ def chrome_trace(result, path: str) -> None:
                     emit(child, layer)
 
         emit(r.op, None)
+        close()
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                        "args": {"name": f"{result.request.device.name} ({name})"}})
         if any(e["tid"] == aux_tid for e in events):

@@ -33,7 +33,7 @@ transforms of :mod:`perfcast.rollup.overlap` rewrite parts of this sum into ``Ma
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -42,7 +42,7 @@ import sympy
 from perfcast.ir import Cost, Leaf, Op, cost, trip_counts, walk
 from perfcast.perf import PerformanceModel, Result, bound_of
 from perfcast.rollup.guard import check_grid, check_point, check_values
-from perfcast.rollup.streams import hidden, serial, stream_groups, timing
+from perfcast.rollup.streams import hidden, on_stream, serial, stream_groups, timing
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class Evaluation:
     launch_time_s: float
     host_launch_s: float = 0.0  # the part of launch_time_s the host's eager launches add
     stream_overlap_s: float = 0.0  # what the engine's second stream hides (taken off the leaves' sum)
+    stream_blocks_s: dict = field(default_factory=dict)  # (block, trips) → what it hides per execution
 
     def _shares(self, column: str, launch_label: str) -> dict[str, float]:
         """Shares of the kernels' serial time (the step's time plus what a second stream hides)."""
@@ -163,7 +164,7 @@ class FastRollup:
         #: the time the engine's second stream hides, per block × its executions (:mod:`perfcast.rollup.streams`)
         self.stream_blocks: dict[tuple, sympy.Expr] = {}
         for (join, trips), g in stream_groups(rows, self.launch_model.mode).items():
-            main, aux = (serial(timing(r.result.breakdown, r.result.time_s) for r in g[side])
+            main, aux = (serial(on_stream(r.leaf, timing(r.result.breakdown, r.result.time_s)) for r in g[side])
                          for side in ("main", "aux"))
             self.stream_blocks[(join, trips)] = trips * hidden(main, aux)
         self.stream_overlap_s: sympy.Expr = sympy.Add(*self.stream_blocks.values())
@@ -251,10 +252,11 @@ class FastRollup:
         totals = {k: num(v) for k, v in self.cost.items()}
         launch = num(self.launch_time_s)
         hid = num(self.stream_overlap_s)
+        blocks = {key: num(h / key[1]) for key, h in self.stream_blocks.items()}
         return Evaluation(point={s.name: float(v) for s, v in point.items()},
                           time_s=sum(r["time_s"] for r in leaves.values()) + launch - hid,
                           totals=totals, leaves=leaves, launch_time_s=launch,
-                          host_launch_s=num(self.host_launch_s), stream_overlap_s=hid)
+                          host_launch_s=num(self.host_launch_s), stream_overlap_s=hid, stream_blocks_s=blocks)
 
     # Grids -------------------------------------------------------------------------------
     def lambdify(self, names: Sequence[str] | None = None, expr: sympy.Expr | None = None):

@@ -16,7 +16,7 @@ import sympy
 from perfcast.ir import BYTES_HBM, Graph, Leaf, Loop, Op, walk
 from perfcast.ir.rules import COLLECTIVE_KINDS
 from perfcast.rollup.fast import FastRollup, LeafTotal
-from perfcast.rollup.streams import ZERO, Timing, conc, serial
+from perfcast.rollup.streams import ZERO, Timing, conc, on_stream, serial
 from perfcast.rollup.streams import resource as _resource
 
 
@@ -124,7 +124,7 @@ class Evaluator:
         for c, t in parts:
             join = c.attr("stream_join") if isinstance(c, Leaf) else None
             if join is not None and mode in str(c.attr("stream_launch") or "").split(","):
-                groups.setdefault(join, {"main": [], "aux": []})[c.attr("stream")].append(t)
+                groups.setdefault(join, {"main": [], "aux": []})[c.attr("stream")].append(on_stream(c, t))
             else:
                 rest.append(t)
         out = serial(rest)

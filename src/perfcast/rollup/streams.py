@@ -12,8 +12,10 @@ stream alongside the router and the routed experts (``maybe_execute_in_parallel`
 inside a CUDA graph (engine profile rule ``aux_stream``, docs/design/engines.md). The engine plan
 marks those kernels (leaf attributes ``stream`` = ``aux`` or ``main``, ``stream_join`` = the block,
 ``stream_launch`` = the launch modes under which the engine switches streams); a block's two sides
-then take ``conc(main, aux)`` instead of their sum. :func:`stream_groups` finds the sides;
-:func:`hidden` is the time the second stream hides.
+then take ``conc(main, aux)`` instead of their sum, every compute kernel holding the device's SMs
+(:func:`on_stream`): what the second stream hides is what runs beside the main stream's
+collectives. :func:`stream_groups` finds the sides; :func:`hidden` is the time the second stream
+hides.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from perfcast.ir.rules import COLLECTIVE_KINDS
 from perfcast.perf import bound_of
 
 ZERO = sympy.Integer(0)
@@ -69,6 +72,21 @@ def timing(terms: dict, time: sympy.Expr) -> Timing:
     for k, v in terms.items():
         busy[resource(k)] = busy.get(resource(k), ZERO) + v
     return Timing(time, busy)
+
+
+#: the resource every compute kernel holds while it runs (see :func:`on_stream`)
+SMS = "sms"
+
+
+def on_stream(leaf, t: Timing) -> Timing:
+    """A kernel's Timing as one side of a two-stream block: a compute kernel also holds the device's
+    SMs for its whole time (an assumption: the engines' GEMM and MoE kernels are sized to fill the
+    device — CUTLASS's persistent tile schedulers launch min(tiles, SMs) CTAs, one per SM — so a
+    kernel on the other stream waits for SMs rather than sharing them); a collective waits on the
+    links and leaves the SMs to the other stream."""
+    if leaf.kind in COLLECTIVE_KINDS:
+        return t
+    return Timing(t.time, {**t.busy, SMS: t.busy.get(SMS, ZERO) + t.time})
 
 
 def stream_groups(leaves: Iterable, mode: str) -> dict[tuple, dict[str, list]]:
