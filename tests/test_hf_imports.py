@@ -44,3 +44,20 @@ def test_modeling_utils_comes_without_scipy_optimize_and_the_check_is_restored()
     assert plain["optimize"] and not ours["optimize"] and ours["modeling"]
     assert ours["scipy_check"] is ours["iu_scipy_check"] is plain["scipy_check"] is True
     assert ours["structure"] == plain["structure"]
+
+
+def test_the_last_all_reader_returns_what_transformers_reads_for_every_file():
+    import transformers.utils.import_utils as iu
+
+    from perfcast.capture.hf_imports import last_all
+
+    fast = last_all(iu.fetch__all__)
+    root = Path(iu.__file__).resolve().parent.parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) > 2000
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert fast(text) == iu.fetch__all__(text), path
+    # the lines it may skip: other breaks go to the original whole, and no __all__ line gives nothing
+    for text in ("x = 1\r__all__ = ['a']\n", "__all__ = ['a', 'b']\n", "y = '__all__'\n", "__all__ = [\n  'a',\n]\n"):
+        assert fast(text) == iu.fetch__all__(text)

@@ -13,6 +13,11 @@ import it speeds up and changes no object a capture uses.
   first imported, the module defining the function is given the same function memoised without a
   bound: the second scan is served from the first. The function is pure in the files it reads,
   which do not change under a running process.
+  The scan also reads each file's ``__all__`` by splitting the whole file into lines and testing
+  every line (``fetch__all__``, a third of the scan); while that import runs it is given a reader
+  that finds the last line starting ``__all__`` with one ``rfind`` and hands the original the rest
+  (the same list for every file: the original keeps the last such line and reads on from it; a
+  file with any other line break than ``\n`` goes to the original whole).
 - :func:`modeling_utils`: ``transformers.modeling_utils`` imports every loss of
   ``transformers.loss``; six import ``scipy.optimize.linear_sum_assignment`` at module level when
   ``is_scipy_available()`` (scipy.optimize with .sparse, .linalg and .special: a fifth of a
@@ -47,9 +52,30 @@ class _UnboundedScanCache(importlib.abc.MetaPathFinder):
             scan = getattr(module, "create_import_structure_from_path", None)
             if scan is not None and hasattr(scan, "__wrapped__"):  # the lru_cache of transformers 5
                 module.create_import_structure_from_path = functools.lru_cache(maxsize=None)(scan.__wrapped__)
+            if callable(getattr(module, "fetch__all__", None)):
+                module.fetch__all__ = last_all(module.fetch__all__)
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+#: line boundaries ``str.splitlines`` knows besides ``\n`` (a file with one is read by the original)
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def last_all(fetch):
+    """``fetch`` (transformers' ``fetch__all__``) given only the file from its last line starting
+    ``__all__``: the list it returns for the whole file."""
+
+    def fetch_last(file_content: str):
+        if "__all__" not in file_content or any(c in file_content for c in _OTHER_BREAKS):
+            return fetch(file_content)
+        at = file_content.rfind("\n__all__")
+        if at < 0:
+            return fetch(file_content) if file_content.startswith("__all__") else []
+        return fetch(file_content[at + 1:])
+
+    return fetch_last
 
 
 def models() -> None:
