@@ -145,3 +145,12 @@ def test_the_trace_puts_the_aux_kernels_on_their_own_track(tmp_path):
         assert names == {f"{argv[2]} (analytic)", f"{argv[2]} (analytic, second stream)"}
 
 
+
+
+def test_a_rule_naming_an_unknown_role_is_one_line_and_exit_2(tmp_path):
+    profile = tmp_path / "p.yaml"
+    profile.write_text("extends: trtllm\nname: trtllm-typo\nrules:\n  - rule: aux_stream\n    modules: [shared_experts]\n"
+                       "    alongside: [routr]\n    launch: [cuda_graph]\n    sources: [\"a test\"]\n")
+    rc, out, err = run_cli("text-generate", "deepseek-v3", "--decode", "--context-length", "128", "--engine", str(profile))
+    assert rc == 2 and not out and err.count("\n") == 1
+    assert f"{profile}: key 'rules.0.alongside.0': 'routr' is not a role (known: embedding" in err

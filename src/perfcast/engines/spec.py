@@ -319,6 +319,24 @@ class EngineProfile(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _known_roles(self):
+        """Every role a rule names is one the role table gives (a misspelt role would match nothing)."""
+        from perfcast.engines.roles import ROLES
+
+        for n, rule in enumerate(self.rules):
+            named = {key: getattr(rule, key, None) for key in
+                     ("roles", "prefix_roles", "require", "across", "alongside", "into")}
+            if getattr(rule, "epilogue", None) is not None:
+                named["epilogue.roles"] = rule.epilogue.roles
+            for key, value in named.items():
+                for i, role in enumerate([value] if isinstance(value, str) else value or []):
+                    if role not in ROLES:
+                        where = f"{key}.{i}" if not isinstance(value, str) else key
+                        raise ValueError(f"@rules.{n}.{where}: {role!r} is not a role "
+                                         f"(known: {', '.join(ROLES)})")
+        return self
+
+    @model_validator(mode="after")
     def _exchange_options(self):
         for name, values in (self.moe_exchange.by_option if self.moe_exchange else {}).items():
             opt = self.options.get(name)
