@@ -324,16 +324,12 @@ class EngineProfile(_Strict):
         from perfcast.engines.roles import ROLES
 
         for n, rule in enumerate(self.rules):
-            named = {key: getattr(rule, key, None) for key in
-                     ("roles", "prefix_roles", "require", "across", "alongside", "into")}
-            if getattr(rule, "epilogue", None) is not None:
-                named["epilogue.roles"] = rule.epilogue.roles
-            for key, value in named.items():
-                for i, role in enumerate([value] if isinstance(value, str) else value or []):
-                    if role not in ROLES:
-                        where = f"{key}.{i}" if not isinstance(value, str) else key
-                        raise ValueError(f"@rules.{n}.{where}: {role!r} is not a role "
-                                         f"(known: {', '.join(ROLES)})")
+            lists = {k: getattr(rule, k, None) for k in ("roles", "prefix_roles", "require", "across", "alongside")}
+            lists["epilogue.roles"] = rule.epilogue.roles if getattr(rule, "epilogue", None) else None
+            named = [(f"{k}.{i}", r) for k, v in lists.items() for i, r in enumerate(v or [])]
+            bad = next(((k, r) for k, r in named + [("into", getattr(rule, "into", None))] if r and r not in ROLES), None)
+            if bad:
+                raise ValueError(f"@rules.{n}.{bad[0]}: {bad[1]!r} is not a role (known: {', '.join(ROLES)})")
         return self
 
     @model_validator(mode="after")
