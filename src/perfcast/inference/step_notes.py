@@ -120,8 +120,9 @@ def engine_notes(profile, launch: Launch, low: Lowered, rotated: bool) -> list[s
                      "the first layer's norm runs before the loop and the final norm is the last layer's")
     for why, n in low.dropped.items():
         notes.append(f"not run per step by {profile.name} ({n} captured ops): {why}")
-    notes += _stream_notes(profile, launch, [leaf for leaf in leaves(low.graph) if leaf.attr("stream_join")])
-    left = [leaf for leaf in leaves(low.graph) if leaf.attr("rule") == "leftover" and leaf.kind not in
+    kernels = leaves(low.graph)
+    notes += _stream_notes(profile, launch, [leaf for leaf in kernels if leaf.attr("stream_join")])
+    left = [leaf for leaf in kernels if leaf.attr("rule") == "leftover" and leaf.kind not in
             ("matmul", "attention", "grouped_matmul", "gather")]
     if left and profile.leftover.memory == "per_op":
         names = sorted({str(leaf.attr("kernel")) for leaf in left})

@@ -16,8 +16,7 @@ import sympy
 from perfcast.ir import BYTES_HBM, Graph, Leaf, Loop, Op, walk
 from perfcast.ir.rules import COLLECTIVE_KINDS
 from perfcast.rollup.fast import FastRollup, LeafTotal
-from perfcast.rollup.streams import ZERO, Timing, conc, on_stream, serial
-from perfcast.rollup.streams import resource as _resource
+from perfcast.rollup.streams import ZERO, Timing, conc, on_stream, serial, switches, timing
 
 
 def weight_bytes(leaf: Leaf) -> sympy.Expr:
@@ -101,10 +100,7 @@ class Evaluator:
             old = sympy.Max(*terms.values())
             terms["memory.hbm"] = terms["memory.hbm"] + extra * wt
             t = sympy.Max(*terms.values()) if t == old else t - old + sympy.Max(*terms.values())
-        busy: dict = {}
-        for k, v in terms.items():
-            busy[_resource(k)] = busy.get(_resource(k), ZERO) + v
-        return Timing(t, busy)
+        return timing(terms, t)
 
     # Tree ----------------------------------------------------------------------------------
     def node(self, op: Op, path, trips, kernel: bool, ctx: Ctx) -> Timing:
@@ -122,15 +118,15 @@ class Evaluator:
         (:mod:`perfcast.rollup.streams`): each marked block's main and aux sides run at once."""
         mode, rest, groups = self.base.launch_model.mode, [], {}
         for c, t in parts:
-            join = c.attr("stream_join") if isinstance(c, Leaf) else None
-            if join is not None and mode in str(c.attr("stream_launch") or "").split(","):
-                groups.setdefault(join, {"main": [], "aux": []})[c.attr("stream")].append(on_stream(c, t))
+            if isinstance(c, Leaf) and switches(c, mode):
+                sides = groups.setdefault(c.attr("stream_join"), {"main": [], "aux": []})
+                sides[c.attr("stream")].append(on_stream(c, t))
             else:
                 rest.append(t)
         out = serial(rest)
         for g in groups.values():
-            sides = [serial(g["main"]), serial(g["aux"])]
-            out = out + (conc(*sides) if g["main"] and g["aux"] else serial(sides))
+            main, aux = serial(g["main"]), serial(g["aux"])
+            out = out + (conc(main, aux) if g["main"] and g["aux"] else main + aux)
         return out
 
     def children(self, g: Graph, path, trips, kernel, ctx) -> list[tuple[Op, Timing]]:

@@ -89,16 +89,20 @@ def on_stream(leaf, t: Timing) -> Timing:
     return Timing(t.time, {**t.busy, SMS: t.busy.get(SMS, ZERO) + t.time})
 
 
+def switches(leaf, mode: str) -> bool:
+    """Whether ``leaf`` is a side of a two-stream block and launch ``mode`` lets the engine switch streams."""
+    return leaf.attr("stream_join") is not None and mode in str(leaf.attr("stream_launch") or "").split(",")
+
+
 def stream_groups(leaves: Iterable, mode: str) -> dict[tuple, dict[str, list]]:
     """The blocks whose kernels run on two streams under launch ``mode``: ``{(block, trips):
     {"main": [...], "aux": [...]}}`` over objects with ``.leaf`` and ``.trips`` (a roll-up's leaf
     totals); a block with only one side marked is not one."""
     groups: dict[tuple, dict[str, list]] = {}
     for r in leaves:
-        join = r.leaf.attr("stream_join")
-        if join is None or mode not in str(r.leaf.attr("stream_launch") or "").split(","):
-            continue
-        groups.setdefault((join, r.trips), {"main": [], "aux": []})[r.leaf.attr("stream")].append(r)
+        if switches(r.leaf, mode):
+            sides = groups.setdefault((r.leaf.attr("stream_join"), r.trips), {"main": [], "aux": []})
+            sides[r.leaf.attr("stream")].append(r)
     return {k: g for k, g in groups.items() if g["main"] and g["aux"]}
 
 
