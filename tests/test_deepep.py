@@ -122,6 +122,8 @@ def test_the_sglang_launch_command_runs_the_all_to_all_it_was_priced_with():
     assert "--moe-a2a-backend" not in argv(()) and "--moe-a2a-backend" not in argv((("moe_a2a_backend", "none"),))
     # without attention DP SGLang's tokens are already on every rank: no exchange to choose
     assert "--moe-a2a-backend" not in argv((("moe_a2a_backend", "deepep"),), Layout(tp=8, ep=8))
+    # nor where attention DP's MoE group splits its experts (no expert parallelism): priced without it too
+    assert "--moe-a2a-backend" not in argv((("moe_a2a_backend", "deepep"),), Layout(dp=8, attention_dp=True))
 
 
 def test_the_experts_behind_deepep_are_priced_by_its_own_measured_kernel():

@@ -42,6 +42,7 @@ from __future__ import annotations
 import shlex
 
 from perfcast.capture.parallel import Layout
+from perfcast.engines import exchange_options
 from perfcast.ir import routing
 from perfcast.search.optimize import Point, SearchSpec
 from perfcast.search.space import parse_variant
@@ -183,8 +184,8 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
             argv += ["--dp-size", str(lay.dp)] + (["--enable-dp-attention"] if lay.attention_dp else [])
         if lay.ep > 1:
             argv += ["--ep-size", str(lay.ep)]
-        a2a = dict(spec.engine_options).get("moe_a2a_backend")
-        if a2a and a2a != "none" and lay.attention_dp:
+        a2a = dict(exchange_options(spec.engine_options, lay)).get("moe_a2a_backend")  # as the candidate was priced
+        if a2a and a2a != "none":
             argv += ["--moe-a2a-backend", a2a]
         if batch:
             argv += ["--max-running-requests", str(batch * lay.dp)]
