@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo picture test bench validate validate-serving setup gpu-loop
+.PHONY: demo picture test bench validate validate-serving validate-aic setup gpu-loop
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -50,6 +50,11 @@ validate-serving: $(STAMP)
 	$(VENV)/bin/python benchmarks/validate_targets.py
 	$(VENV)/bin/python benchmarks/serving_targets.py
 	$(VENV)/bin/python benchmarks/max_throughput_check.py
+
+# aiconfigurator itself, same run, on the serving targets' rows: sets up .venv-aic (aiconfigurator==0.12.0
+# from PyPI, once) and compares it with perfcast's replay (docs/design/validation.md, "The competitor")
+validate-aic: $(STAMP)
+	$(VENV)/bin/python benchmarks/aic_baseline.py
 
 # The GPU closed loop needs a CUDA GPU: this prints how to run it (docs/design/validation.md).
 gpu-loop:
