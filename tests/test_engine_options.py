@@ -171,7 +171,7 @@ def test_the_tables_favour_the_trtllm_kernels_at_decode_sizes_and_cutlass_at_pre
      "--engine-option colour=red: engine trtllm has no option 'colour' (its options: moe_backend, moe_exchange)"),
     (["deepseek-v3", "--device", "b200-sxm", "--engine", "vllm", "--engine-option", "moe_backend=TRTLLM"],
      "--engine-option moe_backend=TRTLLM: engine vllm has no option 'moe_backend' (its options: "
-     "moe_mxfp4_activations)"),
+     "allreduce_rms_fusion, moe_mxfp4_activations)"),
     (["gpt-oss-120b", "--device", "h200-sxm", "--engine", "vllm", "--engine-option", "moe_mxfp4_activations=mxfp8"],
      "--engine-option moe_mxfp4_activations=mxfp8: vllm's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment: mxfp8 "
      "when 1) mxfp8 runs on b200-sxm, b300-sxm, gb200, gb300, not h200-sxm"),
@@ -438,3 +438,47 @@ def test_the_figures_that_choose_the_trtllm_backends_fits_are_the_benchmarks():
         assert (min(medians), max(medians)) == (lo, hi)
     (gen,) = [r for r in bench["transfer"]("b200-sxm", "gb200", "trtllm", {"moe"}) if r["class"] == "moe.trtllm_gen"]
     assert round(gen["model"]["median"] * 100, 1) == 15.8
+
+
+def test_vllm_all_reduce_rmsnorm_fusion_is_an_option_and_off_is_one_more_kernel_per_norm():
+    def step(options):
+        return simulate(Request(load_model_config("llama-3.1-70b"), get_device("h100-sxm"), engine="vllm", decode=True,
+                                num_queries=16, context_length=1536, layout=Layout(tp=8), engine_options=options))
+
+    from perfcast.report.textgen import kernel_sequence
+
+    on, off = step(()), step((("allreduce_rms_fusion", "off"),))
+    body = lambda r: kernel_sequence(r)["layers[0]×80"]  # noqa: E731
+    assert body(on).count("flashinfer_allreduce_rmsnorm") == 2 and "flashinfer_allreduce_rmsnorm" not in body(off)
+    assert body(off).count("triton_fused_add_rms_norm") == 2 and len(body(off)) == len(body(on)) + 2
+    assert off.evaluations["analytic"].time_s > on.evaluations["analytic"].time_s
+    assert get_engine("vllm").options["allreduce_rms_fusion"].value == "on"
+
+
+def test_vllm_rows_of_releases_before_0_17_run_without_the_fusion():
+    import pandas as pd
+
+    def row(version, measured):
+        return {"id": f"r{version}{measured}", "backend": "vllm", "backend_version": version,
+                "model_path": "meta-llama/Llama-3.1-70B", "system": "h100_sxm", "precision": "fp8", "mode": "agg",
+                "isl": "1024", "osl": "1024", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8", "batch_size": "16",
+                "tp_size": "8", "pp_size": "1", "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "1",
+                "silicon_ttft_ms": "90", "silicon_tpot_ms": "11", "concurrency": "16", "benchmark": "gap-analysis",
+                "collection": "x.csv", "measured": measured}
+
+    rows = [row("0.16.0", "2026-03-01"), row("0.17.0", "2026-03-20"), row("nightly-5b8c30d6", ""),
+            row("", "2025-10-29"), row("", "2026-03-25"), row("", "")]
+    cases = [c.engine_options for c in silicon.map_frame(pd.DataFrame(rows))]
+    off = (("allreduce_rms_fusion", "off"),)
+    assert cases == [off, (), (), off, (), ()]   # an unstated version: dated by its day against the merge
+
+
+def test_the_vllm_launch_command_turns_the_fusion_off_where_it_was_priced_off():
+    from perfcast.search.launch import _command
+    from perfcast.search.optimize import SearchSpec
+    from perfcast.serving.types import SLO
+
+    spec = SearchSpec("llama-3.1-70b", ("h100-sxm",), 8, 1024, 1024, SLO(ttft_s=2.0, tpot_s=0.05), engine="vllm",
+                      engine_options=(("allreduce_rms_fusion", "off"),))
+    argv = _command("vllm", "meta-llama/Llama-3.1-70B-Instruct", Layout(tp=8), 64, {}, spec, 0.9, None)[0]
+    assert argv[argv.index("--compilation-config") + 1] == '{"pass_config": {"fuse_allreduce_rms": false}}'

@@ -264,6 +264,7 @@ def with_recipe(case: Case, precision: str) -> Case:
     note = (f"{RECIPE_NOTE}: KV cache {kv or 'the model dtype'}, {tokens}{wait}{frac}{moe}{recv}{graphs}{adp} "
             f"({r.source})")
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
-                   memory_fraction=r.memory_fraction, engine_options=r.engine_options, recv_interval=r.recv_interval,
+                   memory_fraction=r.memory_fraction, recv_interval=r.recv_interval,
+                   engine_options=tuple(sorted({**dict(case.engine_options), **dict(r.engine_options)}.items())),
                    cuda_graph_max=r.cuda_graph_max, adp_balance=r.adp_balance, max_prefill_tokens=r.max_prefill_tokens,
                    notes=case.notes + (note,))

@@ -283,6 +283,21 @@ def _dp_attention(row: dict) -> tuple[dict, str | None]:
     return row, None
 
 
+def _earlier_release(base: Case, engine: dict, row: dict) -> Case:
+    """The engine defaults of an earlier release: the synchronous loop before ``synchronous_before``,
+    each ``options_before`` entry's engine options. A nightly tag sorts after every release; an unstated
+    version is dated by the row's day against the entry's ``merged`` (no release before it had it)."""
+    v, day, said = base.backend_version, str(row.get("measured") or "9"), f"{base.backend} {base.backend_version}"
+    older = lambda r: version_key(v) < version_key(r["version"]) if v != "unstated" else day < r.get("merged", "")  # noqa: E731
+    if (sync := engine.get("synchronous_before")) and older(sync):
+        base = replace(base, overlap=False, notes=base.notes + (
+            f"{said} < {sync['version']}: a synchronous scheduling loop ({sync['source']})",))
+    for r in (r for r in engine.get("options_before", ()) if older(r)):
+        base = replace(base, engine_options=base.engine_options + tuple(r["options"].items()),
+                       notes=base.notes + (f"{said} (measured {row.get('measured') or '?'}) < {r['version']}: {r['source']}",))
+    return base
+
+
 def map_row(row: dict) -> Case:
     """The perfcast step of one measured run, or the reason it cannot be priced. Reasons are
     checked in a fixed order: device, model, backend, quantization, layout, a campaign's speculative
@@ -312,13 +327,8 @@ def map_row(row: dict) -> Case:
     engine = t["backends"].get(base.backend)
     if engine is None:
         return replace(base, reason=f"unknown backend {base.backend} (known: {', '.join(t['backends'])})")
-    base = replace(base, engine=engine.get("by_version", {}).get(base.backend_version, engine["engine"]))
-    sync = engine.get("synchronous_before")
-    # (an unparseable version, a nightly tag, sorts after every release: it keeps the profile's loop)
-    if sync and version_key(base.backend_version) < version_key(sync["version"]):
-        base = replace(base, overlap=False, notes=base.notes + (
-            f"{base.backend} {base.backend_version} < {sync['version']}: a synchronous scheduling loop "
-            f"({sync['source']})",))
+    base = _earlier_release(replace(base, engine=engine.get("by_version", {}).get(base.backend_version,
+                                                                                  engine["engine"])), engine, row)
     if base.mode not in MODES:
         return replace(base, reason=f"unknown mode {base.mode!r} (expected {', '.join(MODES)})")
     first_token_only = base.mode == "static" and base.osl == 1 and math.isfinite(base.ttft_ms)

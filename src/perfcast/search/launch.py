@@ -173,6 +173,8 @@ def _command(engine: str, repo: str, lay: Layout, batch: int | None, s: dict, sp
         argv += ["--gpu-memory-utilization", f"{frac:g}", "--max-model-len", str(seq)]
         if kv:
             argv += ["--kv-cache-dtype", kv]
+        if dict(spec.engine_options).get("allreduce_rms_fusion") == "off":  # priced without it: launched without it
+            argv += ["--compilation-config", '{"pass_config": {"fuse_allreduce_rms": false}}']
         if role:
             argv += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
         return argv, None
