@@ -347,10 +347,11 @@ def test_inferencex_gpt_oss_vllm_b200_rows_take_the_scripts_mxfp8_moe():
                 moe_quant_mode="nvfp4", tp_size="2", moe_tp_size="2", batch_size="32")
     b200 = case(system="b200_sxm", **over)
     assert b200.predictable, b200.reason
-    assert b200.engine_options == (("moe_mxfp4_activations", "mxfp8"),)
+    # (and its compilation config's all-reduce + RMSNorm fusion: docs/design/engines.md, allreduce_rms_fusion)
+    assert b200.engine_options == (("allreduce_rms_fusion", "on"), ("moe_mxfp4_activations", "mxfp8"))
     assert "moe_mxfp4_activations mxfp8" in b200.notes[-1]
     from perfcast.inference.validation import command
-    assert command(b200).endswith("--engine-option moe_mxfp4_activations=mxfp8")
+    assert command(b200).endswith("--engine-option allreduce_rms_fusion=on --engine-option moe_mxfp4_activations=mxfp8")
     assert case(system="h200_sxm", **over).engine_options == ()
 
 
