@@ -87,13 +87,15 @@ def test_shared_architecture_and_checkpoints_say_so(llama):
 
 @pytest.mark.parametrize("row_id, catalog, argv", [
     ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606", "minimax-m2.5",
-     "--num-queries 8 --context-length 8704 --tp-size 4 --engine vllm"),  # 8,704 = 8,192 + 1,024 / 2; its own FP8
+     "--num-queries 8 --context-length 8704 --tp-size 4 --engine vllm --engine-option allreduce_rms_fusion=off"),
+    # 8,704 = 8,192 + 1,024 / 2; its own FP8; vLLM 0.16.0: no all-reduce + RMSNorm fusion
     ("2026_03_25_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x8192_c64_tp8_0_ep8_0_582", "qwen3.5-397b-a17b",
      "--num-queries 64 --context-length 5120 --tp-size 8 --ep-size 8 --engine sglang "
      "--quantize attention=fp8,mlp=fp8,experts=fp8_block --kv-cache-dtype fp8 --cuda-graph-max-batch-size 64"),
     # the row: gemm fp8, moe fp8_block; its script (qwen3.5_fp8_h200.sh): KV cache fp8, CUDA graphs to CONC
     ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597", "kimi-k2.5",
-     "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm"),  # its own INT4 experts
+     "--num-queries 4 --context-length 8704 --tp-size 8 --engine vllm --engine-option allreduce_rms_fusion=on"),
+    # its own INT4 experts; its script turns the all-reduce + RMSNorm fusion on
     ("2026_03_25_glm_5_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_500", "glm-5:glm-5-fp8",
      "--num-queries 4 --context-length 1536 --tp-size 8 --engine sglang"),  # zai-org/GLM-5-FP8, block FP8
     ("2026_04_06_glm_5_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp8_ep1_1982", "glm-5",
