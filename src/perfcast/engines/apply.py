@@ -104,6 +104,12 @@ def check_exchange(options: tuple[tuple[str, str], ...], *layouts) -> None:
                             "(tp × dp) only; otherwise the MoE's tokens move as the layout fixes")
 
 
+def merged_options(options: tuple[tuple[str, str], ...], more) -> tuple[tuple[str, str], ...]:
+    """``options`` with ``more`` (pairs or a mapping) set over them, sorted by name: a later setting
+    of the same option wins."""
+    return tuple(sorted({**dict(options), **dict(more)}.items()))
+
+
 def exchange_options(options: tuple[tuple[str, str], ...], layout) -> tuple[tuple[str, str], ...]:
     """``options`` as an instance of ``layout`` takes them: the exchange's options dropped where its MoE
     group exchanges no tokens (no attention DP, or experts split inside the group)."""

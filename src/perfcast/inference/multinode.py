@@ -264,14 +264,14 @@ def with_recipe(case, entry: Entry | None):
     ``launcher`` column); a backend the engine's profile does not price keeps its default, and the note says so."""
     if entry is None:
         return case
-    from perfcast.engines import get_engine
+    from perfcast.engines import get_engine, merged_options
 
     kv = case.kv_dtype or entry.kv_cache_dtype or None
     options, said = case.engine_options, []
     option = get_engine(case.engine).options.get("moe_backend") if entry.moe_backend else None
     if option is not None and entry.moe_backend in option.choices \
             and case.device in (option.devices or {}).get(entry.moe_backend, [case.device]):
-        options = tuple(sorted({**dict(options), "moe_backend": entry.moe_backend}.items()))
+        options = merged_options(options, {"moe_backend": entry.moe_backend})
         said.append(f"MoE backend {entry.moe_backend}")
     elif entry.moe_backend:
         said.append(f"MoE backend {entry.moe_backend}, which perfcast's {case.engine} profile does not price "
@@ -280,7 +280,7 @@ def with_recipe(case, entry: Entry | None):
     if a2a is not None and entry.moe_a2a == a2a.value:
         said.append(f"MoE all-to-all {entry.moe_a2a} (the engine's default)")
     elif a2a is not None and entry.moe_a2a in a2a.choices:
-        options = tuple(sorted({**dict(options), "moe_a2a_backend": entry.moe_a2a}.items()))
+        options = merged_options(options, {"moe_a2a_backend": entry.moe_a2a})
         said.append(f"MoE all-to-all {entry.moe_a2a}")
     elif entry.moe_a2a:
         said.append(f"MoE all-to-all {entry.moe_a2a}, which perfcast's {case.engine} profile does not price "

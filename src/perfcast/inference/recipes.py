@@ -249,6 +249,8 @@ def with_recipe(case: Case, precision: str) -> Case:
                   case.layout.attention_dp, case.concurrency or 0, case.layout.moe_tp)
     if r is None:
         return case
+    from perfcast.engines import merged_options
+
     kv = case.kv_dtype or r.kv_cache_dtype
     wait = (f", batch_wait_timeout_iters {r.batch_wait[0]}, batch_wait_max_tokens_ratio {r.batch_wait[1]:g}"
             if r.batch_wait else "")
@@ -265,6 +267,6 @@ def with_recipe(case: Case, precision: str) -> Case:
             f"({r.source})")
     return replace(case, kv_dtype=kv, max_num_tokens=r.max_num_tokens, batch_wait=r.batch_wait,
                    memory_fraction=r.memory_fraction, recv_interval=r.recv_interval,
-                   engine_options=tuple(sorted({**dict(case.engine_options), **dict(r.engine_options)}.items())),
+                   engine_options=merged_options(case.engine_options, r.engine_options),
                    cuda_graph_max=r.cuda_graph_max, adp_balance=r.adp_balance, max_prefill_tokens=r.max_prefill_tokens,
                    notes=case.notes + (note,))

@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from perfcast.capture.parallel import Layout, experts_of
+from perfcast.engines.apply import merged_options
 from perfcast.hardware.spec import SpecError
 from perfcast.inference import multinode
 from perfcast.inference.silicon_file import (  # noqa: F401  (the file's API, as silicon.* too)
@@ -293,7 +294,7 @@ def _earlier_release(base: Case, engine: dict, row: dict) -> Case:
         base = replace(base, overlap=False, notes=base.notes + (
             f"{said} < {sync['version']}: a synchronous scheduling loop ({sync['source']})",))
     for r in (r for r in engine.get("options_before", ()) if older(r)):
-        base = replace(base, engine_options=base.engine_options + tuple(r["options"].items()),
+        base = replace(base, engine_options=merged_options(base.engine_options, r["options"]),
                        notes=base.notes + (f"{said} (measured {row.get('measured') or '?'}) < {r['version']}: {r['source']}",))
     return base
 
