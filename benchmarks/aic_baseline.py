@@ -70,27 +70,25 @@ def ensure_env(venv: Path) -> Path:
     return python
 
 
-def _int(value) -> int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == "":
+def _text(value) -> str | None:
+    """A cell's text, None where the cell is empty (a missing CSV cell reads as NaN or '')."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    return int(float(value))
+    return str(value).strip() or None
+
+
+def _int(value) -> int | None:
+    text = _text(value)
+    return None if text is None else int(float(text))
 
 
 def aic_arguments(row: dict) -> dict:
     """``cli_estimate`` keyword arguments of one aggregated silicon row (its own columns)."""
     args = {"model_path": row["model_path"], "system_name": row["system"], "mode": "agg",
-            "backend_name": row["backend"], "backend_version": (str(row.get("backend_version") or "").strip() or None),
+            "backend_name": row["backend"], "backend_version": _text(row.get("backend_version")),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
-            "gemm_quant_mode": (str(row.get("gemm_quant_mode") or "").strip() or None),
-            "moe_quant_mode": (str(row.get("moe_quant_mode") or "").strip() or None)}
-    for col in LAYOUT_COLUMNS:
-        v = _int(row.get(col))
-        if v is not None:
-            args[col] = v
-    for k in ("backend_version", "gemm_quant_mode", "moe_quant_mode"):
-        if args[k] in ("nan", "None"):
-            args[k] = None
-    return args
+            "gemm_quant_mode": _text(row.get("gemm_quant_mode")), "moe_quant_mode": _text(row.get("moe_quant_mode"))}
+    return args | {col: v for col in LAYOUT_COLUMNS if (v := _int(row.get(col))) is not None}
 
 
 def config_dirs(cases, into: Path) -> dict[str, str]:
@@ -98,12 +96,12 @@ def config_dirs(cases, into: Path) -> dict[str, str]:
     ``hf_quant_config.json`` where perfcast ships one), by catalog name."""
     from perfcast.models.catalog import config_folder
 
-    out = {}
+    folder, out = Path(str(config_folder())), {}
     for name in sorted({c.model for c in cases if c.model}):
         d = into / name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "config.json").write_text((Path(str(config_folder())) / f"{name}.json").read_text())
-        quant = Path(str(config_folder())) / "hf_quant_config" / f"{name}.json"
+        (d / "config.json").write_text((folder / f"{name}.json").read_text())
+        quant = folder / "hf_quant_config" / f"{name}.json"
         if quant.exists():
             (d / "hf_quant_config.json").write_text(quant.read_text())
         out[name] = str(d)
@@ -126,14 +124,11 @@ def compare(records: list[dict]) -> dict:
     predictor predicts."""
     out = {}
     for metric, col_ix, measured_col in (("tpot", 1, "measured_tpot_ms"), ("ttft", 2, "measured_ttft_ms")):
-        measured = [r.get(measured_col) for r in records]
-        cols = {spec[0]: [r.get(spec[col_ix]) for r in records] for spec in PREDICTORS}
-        finite = lambda v: v is not None and math.isfinite(float(v))  # noqa: E731
-        common = [all(finite(cols[label][i]) for label in cols) and finite(measured[i]) for i in range(len(records))]
-        out[metric] = {label: {"own": error_stats([v if finite(v) else np.nan for v in vals],
-                                                  [m if finite(m) else np.nan for m in measured]),
-                               "common": error_stats([v if c else np.nan for v, c in zip(vals, common)],
-                                                     [m if c else np.nan for m, c in zip(measured, common)])}
+        measured = np.array([r.get(measured_col) for r in records], dtype=float)   # a missing figure: NaN
+        cols = {spec[0]: np.array([r.get(spec[col_ix]) for r in records], dtype=float) for spec in PREDICTORS}
+        common = np.isfinite(measured) & np.logical_and.reduce([np.isfinite(v) for v in cols.values()])
+        out[metric] = {label: {"own": error_stats(vals, measured),
+                               "common": error_stats(np.where(common, vals, np.nan), measured)}
                        for label, vals in cols.items()}
     return out
 
