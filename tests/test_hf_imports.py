@@ -61,3 +61,25 @@ def test_the_last_all_reader_returns_what_transformers_reads_for_every_file():
     # the lines it may skip: other breaks go to the original whole, and no __all__ line gives nothing
     for text in ("x = 1\r__all__ = ['a']\n", "__all__ = ['a', 'b']\n", "y = '__all__'\n", "__all__ = [\n  'a',\n]\n"):
         assert fast(text) == iu.fetch__all__(text)
+
+
+def test_a_published_configs_transformers_warnings_are_kept_off_stderr_and_logged_at_debug():
+    # Llama 4 Scout ships rope_scaling with high_freq_factor == low_freq_factor == 1.0, which
+    # transformers' rope check warns about on every config it builds
+    code = ("import logging, sys\n"
+            "from perfcast.models.catalog import load_model_config\n"
+            "from perfcast.capture.build import hf_config\n"
+            "hf_config(load_model_config('llama-4-scout'))\n"
+            "sys.stderr.write('--\\n')\n"
+            "logging.basicConfig(level=logging.DEBUG, format='%(name)s %(message)s')\n"
+            "hf_config(load_model_config('llama-4-scout'))\n"
+            "sys.stderr.write('--\\n')\n"
+            "import transformers.models.llama4.configuration_llama4 as c\n"
+            "c.logger.warning('still shown')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stderr
+    quiet, debug, after = err.split("--\n")
+    assert quiet == ""
+    assert "perfcast.capture.hf_imports " in debug and "llama-4-scout" in debug and "high_freq_factor" in debug
+    assert "[transformers]" not in debug
+    assert "still shown" in after   # transformers' own handler is back once the config is built

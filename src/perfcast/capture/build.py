@@ -93,7 +93,8 @@ def hf_config(model: ModelConfig):
     data = dict(model.data) if is_vision_language(model) else file_config(model.data, model.architecture)
     data = copy.deepcopy(data)
     try:
-        config = CONFIG_MAPPING[data.pop("model_type")](**data)
+        with hf_imports.config_warnings(str(model.path)):
+            config = CONFIG_MAPPING[data.pop("model_type")](**data)
     except (ValueError, TypeError, KeyError, AttributeError, StrictDataclassError) as e:
         # what perfcast's own checks (perfcast.models.validate) leave to the config class
         raise UserError(f"{model.path}: not a valid {model.model_type} config: {_reason(e)}") from None

@@ -27,10 +27,14 @@ import it speeds up and changes no object a capture uses.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
+
+log = logging.getLogger(__name__)
 
 _IMPORT_UTILS = "transformers.utils.import_utils"
 
@@ -106,3 +110,38 @@ def modeling_utils() -> None:
         import transformers.modeling_utils  # noqa: F401
     finally:
         transformers.utils.is_scipy_available = import_utils.is_scipy_available = real
+
+
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def config_warnings(source: str):
+    """transformers' warnings while a config object is built (its own checks of a published
+    config, e.g. Llama 4 Scout's ``rope_scaling`` with ``high_freq_factor`` equal to
+    ``low_freq_factor``, 1.0, as meta-llama ships it) kept off stderr: perfcast's own checks
+    (:mod:`perfcast.models.validate`) say what a capture needs of a config, and a fault that
+    stops the build is still an error. Each kept warning goes to this module's logger at debug
+    level, naming ``source``."""
+    logger = logging.getLogger("transformers")
+    kept = _Kept()
+    logger.addHandler(kept)
+    propagate, logger.propagate = logger.propagate, False
+    shown = [h for h in logger.handlers if h is not kept]
+    for h in shown:
+        logger.removeHandler(h)
+    try:
+        yield
+    finally:
+        logger.removeHandler(kept)
+        for h in shown:
+            logger.addHandler(h)
+        logger.propagate = propagate
+        for message in kept.messages:
+            log.debug("%s: transformers: %s", source, message)
