@@ -7,6 +7,10 @@ step (the baseline), and compared with the measurement. Nothing is fitted to the
 
 How a row becomes a serve spec, and what that leaves approximate:
 
+- the page's CUDA graphs for every row (its ``llm_options.yml``: padded, batch sizes up to 8,192;
+  a batch between two sizes is priced at its own size, not padded up);
+- the page's CUDA graphs for every row (its ``llm_options.yml``: padded, batch sizes up to 8,192;
+  a batch between two sizes is priced at its own size, not padded up);
 - the engine's own defaults (max batch 2048, max num tokens 8192, chunked prefill off, 0.9 of the
   free memory for the KV cache): the page states neither a batch nor a token budget, in which
   case trtllm-bench estimates its own from the KV cache and the lengths, and it raised the KV
@@ -20,7 +24,7 @@ How a row becomes a serve spec, and what that leaves approximate:
 A row perfcast refuses (a prompt longer than the token budget with chunked prefill off, a model
 that does not fit) is counted with its reason.
 
-    python benchmarks/max_throughput_check.py            # every row, analytic and roofline (~17 min on 2 cores)
+    python benchmarks/max_throughput_check.py            # every row, analytic and roofline (~3 min on 2 cores)
     python benchmarks/max_throughput_check.py --quick    # four rows
     python benchmarks/max_throughput_check.py --cap 30000  # the page's request counts
 """
@@ -51,6 +55,10 @@ CAP = 1000
 #: The KV cache dtype of NVIDIA's ModelOpt FP8 and FP4 checkpoints (hf_quant_config.json
 #: ``kv_cache_quant_algo: FP8``).
 KV_DTYPE = "fp8"
+#: The page's ``llm_options.yml`` for every row: ``cuda_graph_config`` with ``enable_padding: true``
+#: and ``batch_sizes`` 1, 2, 4, …, 256, 384, 512, 1024, 2048, 4096, 8192 — every decode batch up to
+#: 8,192 replays a CUDA graph (the engine's default captures up to 128 and runs larger ones eagerly).
+CUDA_GRAPH_MAX = 8192
 QUICK = (("llama-3.1-8b", "h200-sxm", 1000, 1000), ("llama-3.1-8b", "h100-sxm", 2048, 128),
          ("llama-3.1-70b", "h200-sxm", 128, 2048), ("qwen3-30b-a3b", "b200-sxm", 1000, 1000))
 
@@ -72,7 +80,8 @@ def deployment(row: dict, performance_model: str = "analytic") -> Deployment:
     # MoE rows carry ep; where the page leaves it unstated (null) the experts spread over the TP group.
     ep = 1 if "ep" not in row else int(row["ep"] or tp)
     return Deployment(row["model"], row["device"], "trtllm", Layout(tp=tp, ep=ep),
-                      quantize=row["precision"], kv_dtype=KV_DTYPE, performance_model=performance_model)
+                      quantize=row["precision"], kv_dtype=KV_DTYPE, performance_model=performance_model,
+                      cuda_graph_max=CUDA_GRAPH_MAX)
 
 
 def predict(row: dict, performance_model: str = "analytic", cap: int = CAP) -> Prediction:

@@ -62,3 +62,11 @@ def test_a_refused_row_is_counted_with_its_reason():
     p = check.predict(row, cap=2)
     assert p.output_tokens_per_s is None and "max-num-tokens" in p.reason
     assert check.summary([row], [p])["refused"] == {p.reason: 1}
+
+
+def test_every_row_runs_the_pages_cuda_graphs():
+    # the page's llm_options.yml captures decode batches up to 8,192 (padded), not the engine's 128
+    src = load_yaml(DATA)["sources"]["trtllm-perf-overview"]
+    assert "batch_sizes 1..8192" in src["llm_options"] and "enable_padding true" in src["llm_options"]
+    row = {"model": "llama-3.1-8b", "device": "gb200", "tp": 1, "precision": "fp4"}
+    assert check.deployment(row).cuda_graph_max == check.CUDA_GRAPH_MAX == 8192
