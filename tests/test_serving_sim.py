@@ -210,6 +210,9 @@ def test_overload_is_reported_unstable():
     assert high.samples is None and len(low.samples.ttft_s) == low.requests
     assert high.goodput_requests_per_s is None
     assert 15.0 < high.sustainable_rate < 25.0
+    # per user: the decode rate its requests ran at (16 sequences a ~10 ms step, prompt steps
+    # between), not a silent 0 — the closed form gives its saturated rate likewise
+    assert 50.0 < high.output_tokens_per_s_per_user < low.output_tokens_per_s_per_user
 
 
 def test_a_request_that_can_never_fit_is_a_user_error():

@@ -356,7 +356,7 @@ def _result(eng: Engine, run: _Run, reqs: Requests, w: Workload, kv: KVCache, de
         e2e_s=summarize(m.e2e) if lat else None,
         output_tokens_per_s=out_tps,
         output_tokens_per_s_per_device=out_tps / devices,
-        output_tokens_per_s_per_user=per_user_tokens_per_s(m) if lat else 0.0,
+        output_tokens_per_s_per_user=per_user_tokens_per_s(m),   # the decode rate as run (overloaded too)
         requests_per_s=rps,
         devices=devices,
         kv_capacity_tokens=kv.capacity_tokens,

@@ -161,7 +161,9 @@ class ServingResult:
     """What both tiers (the event simulation and the closed form) report for one deployment at
     one load. Per-device figures divide by ``devices``; per-user is one request's output rate
     (1 / TPOT averaged over requests). ``stable`` False: the offered rate exceeds what the
-    deployment sustains (``sustainable_rate``), and the latencies are not reported as finite."""
+    deployment sustains (``sustainable_rate``), and the latencies are not reported as finite; the
+    throughputs are then the saturated ones, per user the decode rate at that load (the simulation:
+    as its requests ran; the closed form: at saturation)."""
 
     tier: str                      # "simulation" | "closed form"
     ttft_s: Summary | None
