@@ -69,13 +69,17 @@ def _ms(x) -> str:
     return "—" if x is None else f"{x * 1e3:,.1f}"
 
 
+def _rate(x) -> str:
+    return "—" if x is None else f"{x:,.1f}"
+
+
 def _row(p: Point) -> list[str]:
     cf, sim = p.figures("closed form") or {}, p.figures("simulation") or {}
     return [p.candidate.device, p.candidate.short(),
             _ms(cf.get("ttft_s")), _ms(cf.get("tpot_s")),
-            f"{cf.get('output_tokens_per_s_per_device', 0):,.1f}", f"{cf.get('output_tokens_per_s_per_user', 0):,.1f}",
+            _rate(cf.get("output_tokens_per_s_per_device")), _rate(cf.get("output_tokens_per_s_per_user")),
             _ms(sim.get("ttft_s")), _ms(sim.get("tpot_s")),
-            f"{sim['output_tokens_per_s_per_device']:,.1f}" if sim else "—",
+            _rate(sim.get("output_tokens_per_s_per_device")),
             "yes" if p.status == "ok" else "no"]
 
 
