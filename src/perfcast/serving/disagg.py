@@ -100,7 +100,9 @@ class _Instance:
         return len(self.eng.waiting) + self.sent_by_last - self.joined
 
     def load(self) -> int:
-        return len(self.eng.waiting) + len(self.eng.running) + self.inbound
+        """Requests routed here and not yet answered (TensorRT-LLM's ``LoadBalancingRouter``),
+        ``handed`` included: a step's finished requests leave at its end, not when it is planned."""
+        return len(self.eng.waiting) + len(self.eng.running) + len(self.handed) + self.inbound
 
 
 def simulate_disagg(prefill: PoolSpec, decode: PoolSpec, workload: Workload, *,
@@ -160,9 +162,7 @@ class _Loop:
                                                       0.0, k, w.hash_block_tokens), self.dec_run, dprice, True, trace)
                     for j in range(decode.instances)]
         self.rng = np.random.default_rng([w.seed, 1])
-        self.heap: list = []
-        self.seq = 0
-        self.rr = [0, 0]
+        self.heap, self.seq, self.rr = [], 0, [0, 0]   # events; their order at equal times; round robin
         self.nxt = self.done = self.queue_at_last = 0
         # a decode instance may run on through its completions when they change nothing elsewhere
         # meanwhile: no client sends on them (open loop) and no router reads the instance's load
