@@ -91,8 +91,8 @@ def screen(spec: SearchSpec, device: str, quantize: str | None, lays: list[Layou
             for x, y in splits:
                 c = Candidate("disagg", device, quantize, dl, b, prefill_layout=pl, prefill_instances=x,
                               decode_instances=y, max_num_tokens=t)
-                pre_pool = mfd.Pool(pools.pre_pool.step, pools.pre_pool.engine, x * pl.dp)
-                dec_pool = mfd.Pool(pools.dec_pool.step, pools.dec_pool.engine, y * dl.dp)
+                pre_pool = replace(pools.pre_pool, instances=x * pl.dp)
+                dec_pool = replace(pools.dec_pool, instances=y * dl.dp)
                 kv_s = pools.transfer(spec.isl, x, y).seconds
                 rate = mfd.best_rate(pre_pool, dec_pool, load, kv_s, spec.slo, None)
                 if rate <= 0.0:

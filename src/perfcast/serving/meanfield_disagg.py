@@ -3,9 +3,10 @@
 Prefill instances run prefill-only batches; a request's KV moves to a decode instance
 (``kv_transfer_s``, priced by the caller on the topology) and decodes there (Zhong et al. 2024,
 "DistServe", §3; Patel et al. 2024, "Splitwise"). Each pool is a set of identical servers fed by
-a random split of the Poisson arrivals, so each instance sees Poisson arrivals at ``λ / x`` or
-``λ / y``. The prefill instance is an M/D/1 server of service ``1 / μ_p`` (full batches), the
-decode instance a batch of ``d`` sequences with ``d`` solving Little's law
+the pool's router (:data:`ROUTERS`: round robin, each instance taking every x-th or y-th arrival,
+or the least loaded instance; the waits by :func:`.queueing.split_wait`). The prefill instance is a
+server of service ``1 / μ_p`` (full batches), the decode instance a batch of ``d`` sequences with
+``d`` solving Little's law
 ``d = (λ / y) · (osl − 1) · TPOT(d)``. :func:`choose_ratio` enumerates the splits of a number of
 instances, each in closed form (DistServe §4.2 searches the same space by simulation).
 """
@@ -21,7 +22,10 @@ from perfcast.serving.brent import brentq
 from perfcast.serving.meanfield import (
     _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model,
 )
-from perfcast.serving.queueing import md1_wait, mdc_wait, wait_tail
+from perfcast.serving.queueing import split_wait, wait_tail
+
+#: How requests are spread over a pool's instances (the simulation's routers, :mod:`.disagg`).
+ROUTERS = ("round_robin", "least_loaded")
 from perfcast.serving.types import SLO, ServingResult, StepCost, Summary
 
 
@@ -33,10 +37,13 @@ class Pool:
     step: StepCost
     engine: EngineConfig
     instances: int = 1
+    router: str = "round_robin"   # how requests reach the pool's instances (:data:`ROUTERS`)
 
     def __post_init__(self):
         if self.instances < 1:
             raise UserError(f"a pool of {self.instances} instances: needs at least 1")
+        if self.router not in ROUTERS:
+            raise UserError(f"--router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
 
 
 @dataclass(frozen=True)
@@ -94,14 +101,16 @@ def sustainable_rate(prefill: Pool, decode: Pool, load: Workload, *, draft: Step
 def disaggregated(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float, *,
                   draft: StepCost | None = None, slo: SLO | None = None) -> ServingResult:
     """Poisson arrivals at ``load.rate_per_s``. ``TTFT = W_prefill + S_prefill + kv_transfer_s +
-    W_decode``: the prefill instance's M/D/1 wait, its batch of ``b = clamp(λ/x · P(1), 1, q)``
+    W_decode``: the prefill pool's wait behind its router (each instance a server of ``μ_prefill``:
+    :func:`.queueing.split_wait`), its batch of ``b = clamp(λ/x · P(1), 1, q)``
     prompts (those arriving during one prompt's prefill), the transfer, and the wait for a slot
-    in the decode batch (M/D/c with the ``B_max`` slots, each turning over at ``μ_decode / B_max``). ``TPOT = τ(d) / E``."""
+    in the decode batch behind the decode pool's router (each instance ``B_max`` slots, each turning
+    over at ``μ_decode / B_max``). ``TPOT = τ(d) / E``."""
     if load.rate_per_s is None or kv_transfer_s < 0.0:
         raise UserError("a disaggregated point needs a rate and a non-negative KV transfer time")
     p, lam = _pools(prefill, decode, load, draft), load.rate_per_s
     devices = prefill.instances * prefill.engine.devices + decode.instances * decode.engine.devices
-    f = _figures(p, prefill.instances, decode.instances, lam, kv_transfer_s)
+    f = _figures(p, prefill, decode, lam, kv_transfer_s)
     if f is None:
         return _unstable(p, _capacity(p, prefill.instances, decode.instances), lam, devices)
     d, ttft, tpot = f
@@ -116,9 +125,11 @@ def _capacity(p: _Pools, x: int, y: int) -> float:
     return min(x * p.mu_prefill, y * p.mu_decode)
 
 
-def _figures(p: _Pools, x: int, y: int, lam: float, kv_transfer_s: float) -> tuple[float, Summary, float] | None:
-    """``(d, TTFT, TPOT)`` of ``x`` prefill and ``y`` decode instances at ``lam`` requests/s, None
-    when ``lam`` is not below what they sustain."""
+def _figures(p: _Pools, prefill: Pool, decode: Pool, lam: float,
+             kv_transfer_s: float) -> tuple[float, Summary, float] | None:
+    """``(d, TTFT, TPOT)`` of the ``x`` prefill and ``y`` decode instances at ``lam`` requests/s,
+    None when ``lam`` is not below what they sustain."""
+    x, y = prefill.instances, decode.instances
     if lam >= _capacity(p, x, y):
         return None
     lam_d = lam / y
@@ -127,8 +138,8 @@ def _figures(p: _Pools, x: int, y: int, lam: float, kv_transfer_s: float) -> tup
     b = min(max(lam / x * pre.at(pre.prefill_batch_s, 1), 1.0), pre.prefill_batch_max)
     service, tpot = _lerp(lambda n: pre.at(pre.prefill_batch_s, n), b), p.tau(d) / p.dec.e
     rho_p = lam / (x * p.mu_prefill)
-    base = service + kv_transfer_s + mdc_wait(lam_d, p.mu_decode / p.dec.cap, p.dec.cap)
-    return d, wait_tail(base, md1_wait(rho_p, p.mu_prefill), rho_p), tpot
+    base = service + kv_transfer_s + split_wait(decode.router, lam, p.mu_decode / p.dec.cap, y, p.dec.cap)
+    return d, wait_tail(base, split_wait(prefill.router, lam, p.mu_prefill, x), rho_p), tpot
 
 
 def _result(p: _Pools, lam: float, d: float, ttft: Summary, tpot: float, devices: int,
@@ -180,7 +191,7 @@ def best_rate(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: float,
     p = _pools(prefill, decode, load, draft)
 
     def margin(lam: float) -> float:
-        _, ttft, tpot = _figures(p, prefill.instances, decode.instances, lam, kv_transfer_s)
+        _, ttft, tpot = _figures(p, prefill, decode, lam, kv_transfer_s)
         got = ((slo.ttft_s, ttft.mean), (slo.tpot_s, tpot), (slo.e2e_s, ttft.mean + (load.osl - 1) * tpot))
         return max((v / b - 1.0 for b, v in got if b is not None), default=-1.0)
 

@@ -1,5 +1,6 @@
 """Queueing approximations the closed form uses for waits: Pollaczek–Khinchine for M/D/1,
-Allen–Cunneen for M/D/c, and the exponential tail of a queue's wait for percentiles."""
+Allen–Cunneen for M/D/c and for a pool's instances behind a router, and the exponential tail of a
+queue's wait for percentiles."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ def mdc_wait(lam: float, mu_slot: float, c: int) -> float:
         b = a * b / (k + a * b)
     erlang_c = c * b / (c - a * (1.0 - b))
     return erlang_c / (c * mu_slot - lam) / 2.0
+
+
+def split_wait(router: str, lam: float, mu_slot: float, instances: int, slots: int = 1) -> float:
+    """Mean wait at a pool of ``instances`` identical instances of ``slots`` deterministic slots
+    each (``mu_slot`` requests/s a slot), fed ``lam`` Poisson requests/s by ``router``:
+
+    - ``round_robin`` (TensorRT-LLM's ``RoundRobinRouter``, the default): each instance takes
+      every ``instances``-th arrival, Erlang interarrival times of squared coefficient of variation
+      ``c_a² = 1 / instances`` (a sum of that many exponentials), and Allen–Cunneen's G/G/c wait
+      ``W ≈ W_M/M/c · (c_a² + c_s²) / 2`` with ``c_s² = 0`` is the M/D/c wait times ``c_a²``
+      (:func:`mdc_wait`; Allen 1990, §6) — a random split would leave each instance Poisson;
+    - ``least_loaded`` (join the shortest queue: its ``LoadBalancingRouter``, fewest requests in
+      flight): no instance idles while another holds a queue, approximated by one queue for the
+      pool, M/D/(instances · slots) — the least wait any routing reaches (Winston 1977, "Optimality
+      of the shortest line discipline", J. Appl. Prob. 14)."""
+    if router == "least_loaded":
+        return mdc_wait(lam, mu_slot, instances * slots)
+    return mdc_wait(lam / instances, mu_slot, slots) / instances
 
 
 def wait_tail(base: float, wait: float, rho: float) -> Summary:

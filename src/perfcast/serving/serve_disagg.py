@@ -67,8 +67,8 @@ def pools_of(spec) -> Pools:
                            tokens=int(tokens), prefill_devices=_rank_devices(pdep), decode_devices=_rank_devices(ddep))
 
     x, y = d.prefill_instances * pdep.layout.dp, d.decode_instances * ddep.layout.dp
-    pre_pool = mfd.Pool(pstep, engine_config(replace(spec, speculative=None), psched, pkv, pdep), x)
-    dec_pool = mfd.Pool(dstep, engine_config(spec, dsched, dkv, ddep), y)
+    pre_pool = mfd.Pool(pstep, engine_config(replace(spec, speculative=None), psched, pkv, pdep), x, d.router)
+    dec_pool = mfd.Pool(dstep, engine_config(spec, dsched, dkv, ddep), y, d.router)
     return Pools(pools["prefill"], pools["decode"], pre_pool, dec_pool, transfer)
 
 
