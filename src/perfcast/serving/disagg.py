@@ -42,6 +42,7 @@ from . import decode_pass
 from .fastforward import _fast_forward
 from .kvcache import BlockPool
 from .policies import SCHEDULERS, Engine, admit_trtllm
+from .queueing import ROUTERS
 from .scheduler import SchedulerConfig
 from .sim import Speculative, _execute, _Pricer, _result, _Run
 from .simtrace import SimTrace, SimTraces
@@ -55,7 +56,6 @@ from .workload import Requests, Workload, generate
 #: decode worker too); ``prefill`` — at the prefill step's end (a server that streams it at once).
 FIRST_TOKEN = ("decode", "prefill")
 
-ROUTERS = ("round_robin", "least_loaded")
 #: run the prefill pool first and each decode instance after it where that is exact (``_Loop.split``)
 SPLIT = True
 _ARRIVE, _KV, _END, _READY = 0, 1, 2, 3   # event kinds; same-time order: arrivals, step ends, steps

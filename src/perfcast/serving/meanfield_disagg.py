@@ -22,10 +22,7 @@ from perfcast.serving.brent import brentq
 from perfcast.serving.meanfield import (
     _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model,
 )
-from perfcast.serving.queueing import split_wait, wait_tail
-
-#: How requests are spread over a pool's instances (the simulation's routers, :mod:`.disagg`).
-ROUTERS = ("round_robin", "least_loaded")
+from perfcast.serving.queueing import ROUTERS, split_wait, wait_tail
 from perfcast.serving.types import SLO, ServingResult, StepCost, Summary
 
 

@@ -10,6 +10,10 @@ import numpy as np
 
 from perfcast.serving.types import Summary
 
+#: How requests are spread over a pool's instances (:func:`split_wait`; the disaggregated
+#: simulation's routers, :mod:`.disagg`)
+ROUTERS = ("round_robin", "least_loaded")
+
 #: 48-point Gauss–Legendre nodes and weights on [−1, 1] (:func:`balance_hold_steps`)
 _GAUSS = np.polynomial.legendre.leggauss(48)
 
