@@ -114,7 +114,8 @@ def disaggregated(prefill: Pool, decode: Pool, load: Workload, kv_transfer_s: fl
     rho_p, rho_d = lam / (prefill.instances * p.mu_prefill), lam / (decode.instances * p.mu_decode)
     notes = (f"disaggregated {prefill.instances}P{decode.instances}D at λ = {lam:.6g}/s: prefill ρ = {rho_p:.4g}, "
              f"decode ρ = {rho_d:.4g}, {d:.4g} sequences per decode instance",
-             "TTFT percentiles: the prefill wait's exponential tail; the decode wait enters at its mean")
+             f"waits behind the {prefill.router.replace('_', ' ')} router (queueing.split_wait); TTFT percentiles: "
+             "the prefill wait's exponential tail; the decode wait enters at its mean")
     return _result(p, lam, d, ttft, tpot, devices, notes, slo)
 
 
