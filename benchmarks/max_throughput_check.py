@@ -9,8 +9,6 @@ How a row becomes a serve spec, and what that leaves approximate:
 
 - the page's CUDA graphs for every row (its ``llm_options.yml``: padded, batch sizes up to 8,192;
   a batch between two sizes is priced at its own size, not padded up);
-- the page's CUDA graphs for every row (its ``llm_options.yml``: padded, batch sizes up to 8,192;
-  a batch between two sizes is priced at its own size, not padded up);
 - the engine's own defaults (max batch 2048, max num tokens 8192, chunked prefill off, 0.9 of the
   free memory for the KV cache): the page states neither a batch nor a token budget, in which
   case trtllm-bench estimates its own from the KV cache and the lengths, and it raised the KV

@@ -42,8 +42,9 @@ TARGET_RATIO = 2.0  # empty-cache run / `python -c "import torch"`, wall, same r
 #: decomposed op), SymPy, transformers' model registry and modeling_utils (by perfcast's own faster
 #: path, capture/hf_imports.py) and the model's modeling file — with the cyclic garbage collector off, as
 #: perfcast imports them (capture/heap.py first_capture)
-FLOOR = ("import gc; gc.disable(); import torch, sympy, torch._dynamo; from perfcast.capture import hf_imports; hf_imports.models(); "
-         "hf_imports.modeling_utils(); import transformers.models.deepseek_v3.modeling_deepseek_v3")
+FLOOR = ("import gc; gc.disable(); import torch, sympy, torch._dynamo; "
+         "from perfcast.capture import hf_imports; hf_imports.models(); hf_imports.modeling_utils(); "
+         "import transformers.models.deepseek_v3.modeling_deepseek_v3")
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
@@ -79,7 +80,7 @@ def main() -> None:
     torch_runs, floor_runs, empty_runs = [], [], []
     for _ in range(args.repeats):
         torch_runs.append(run([sys.executable, "-c", "import torch"]))
-        floor_runs.append(run([sys.executable, "-c", FLOOR], cache))
+        floor_runs.append(run([sys.executable, "-c", FLOOR]))
         empty_runs.append(run(perfcast + COMMAND, cache, fresh=True))
     cached_runs = [run(perfcast + COMMAND, cache) for _ in range(args.repeats)]
     unrolled_runs = [run(perfcast + COMMAND + ["--no-reroll", "--no-cache"], cache) for _ in range(args.repeats)]
@@ -95,10 +96,10 @@ def main() -> None:
     for label, samples in rows:
         wall, cpu = median(samples)
         print(f"  {label:44s} {wall:6.2f} s = {wall / torch_s:5.2f}× torch  {cpu:6.2f} s = {cpu / torch_cpu:5.2f}× torch")
-    ratio = median(empty_runs)[0] / torch_s
     floor_s, empty_s = median(floor_runs)[0], median(empty_runs)[0]
-    print(f"  perfcast's own part of the empty-cache run (empty − FLOOR): {empty_s - floor_s:.2f} s; the target "
-          f"leaves it {TARGET_RATIO * torch_s - floor_s:.2f} s")
+    ratio = empty_s / torch_s
+    print(f"  perfcast's own part of the empty-cache run (empty − FLOOR): {empty_s - floor_s:.2f} s; "
+          f"the target leaves it {TARGET_RATIO * torch_s - floor_s:.2f} s")
     print(f"  target: empty capture cache ≤ {TARGET_RATIO:g}× import torch (wall, this run): "
           f"{ratio:.2f}× — {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
 
