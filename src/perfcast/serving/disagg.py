@@ -42,7 +42,7 @@ from . import decode_pass
 from .fastforward import _fast_forward
 from .kvcache import BlockPool
 from .policies import SCHEDULERS, Engine, admit_trtllm
-from .queueing import ROUTERS
+from .queueing import check_router
 from .scheduler import SchedulerConfig
 from .sim import Speculative, _execute, _Pricer, _result, _Run
 from .simtrace import SimTrace, SimTraces
@@ -114,8 +114,7 @@ def simulate_disagg(prefill: PoolSpec, decode: PoolSpec, workload: Workload, *,
     transfer. Speculative decoding runs on the decode pool. Deterministic for the seed."""
     if first_token not in FIRST_TOKEN:
         raise UserError(f"first token: expected one of {', '.join(FIRST_TOKEN)}, got {first_token!r}")
-    if router not in ROUTERS:
-        raise UserError(f"--router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+    check_router(router)
     reqs = generate(workload)
     _check(reqs, prefill, decode, speculative.k if speculative else 0)
     loop = _Loop(prefill, decode, workload, reqs, transfer_s, speculative, router, trace)

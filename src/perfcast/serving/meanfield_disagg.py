@@ -3,7 +3,7 @@
 Prefill instances run prefill-only batches; a request's KV moves to a decode instance
 (``kv_transfer_s``, priced by the caller on the topology) and decodes there (Zhong et al. 2024,
 "DistServe", §3; Patel et al. 2024, "Splitwise"). Each pool is a set of identical servers fed by
-the pool's router (:data:`ROUTERS`: round robin, each instance taking every x-th or y-th arrival,
+the pool's router (:data:`.queueing.ROUTERS`: round robin, each instance taking every x-th or y-th arrival,
 or the least loaded instance; the waits by :func:`.queueing.split_wait`). The prefill instance is a
 server of service ``1 / μ_p`` (full batches), the decode instance a batch of ``d`` sequences with
 ``d`` solving Little's law
@@ -22,7 +22,7 @@ from perfcast.serving.brent import brentq
 from perfcast.serving.meanfield import (
     _NOTES, _RTOL, _XTOL, EngineConfig, Workload, _lerp, _meets, _Model,
 )
-from perfcast.serving.queueing import ROUTERS, split_wait, wait_tail
+from perfcast.serving.queueing import check_router, split_wait, wait_tail
 from perfcast.serving.types import SLO, ServingResult, StepCost, Summary
 
 
@@ -34,13 +34,12 @@ class Pool:
     step: StepCost
     engine: EngineConfig
     instances: int = 1
-    router: str = "round_robin"   # how requests reach the pool's instances (:data:`ROUTERS`)
+    router: str = "round_robin"   # how requests reach the pool's instances (:data:`.queueing.ROUTERS`)
 
     def __post_init__(self):
         if self.instances < 1:
             raise UserError(f"a pool of {self.instances} instances: needs at least 1")
-        if self.router not in ROUTERS:
-            raise UserError(f"--router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
+        check_router(self.router)
 
 
 @dataclass(frozen=True)

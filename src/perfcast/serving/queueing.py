@@ -8,11 +8,17 @@ import math
 
 import numpy as np
 
+from perfcast.ir.errors import UserError
 from perfcast.serving.types import Summary
 
 #: How requests are spread over a pool's instances (:func:`split_wait`; the disaggregated
 #: simulation's routers, :mod:`.disagg`)
 ROUTERS = ("round_robin", "least_loaded")
+
+
+def check_router(router: str) -> None:
+    if router not in ROUTERS:
+        raise UserError(f"--router: expected one of {', '.join(ROUTERS)}, got {router!r}")
 
 #: 48-point Gauss–Legendre nodes and weights on [−1, 1] (:func:`balance_hold_steps`)
 _GAUSS = np.polynomial.legendre.leggauss(48)
