@@ -61,3 +61,23 @@ def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> 
         f"{host.source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)"
     return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
                   f"launches × {float(value) * 1e6:g} µs host launch interval{on_host})", source)
+
+
+@dataclass(frozen=True)
+class IterationGap:
+    value_s: float
+    source: str
+
+
+def iteration_gap(profile: EngineProfile, device) -> IterationGap | None:
+    """The GPU idle time the engine's loop adds to each decode step on ``device`` (its datasheet's
+    ``host_issue_scale`` for a host slower at running the Python loop), or None where the profile
+    states no figure for the device's vendor (none modelled)."""
+    gap = profile.launch.iteration_gap_s.get(device.spec.vendor)
+    if gap is None:
+        return None
+    scale = device.spec.datasheet.host_issue_scale
+    if scale is None:
+        return IterationGap(float(gap.value_s), gap.source)
+    return IterationGap(float(gap.value_s) * float(scale),
+                        f"{gap.source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)")

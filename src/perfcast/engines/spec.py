@@ -2,10 +2,9 @@
 
 A profile names the serving engine and the version it represents (``framework``, ``version``),
 the profiling database it goes with, the devices it runs on (by vendor), its launch mode per
-phase, and the rewrite rules that turn a captured Hugging Face step into the kernels the engine
-launches (applied in order by :mod:`perfcast.engines.plan`). Every rule, launch mode and host
-figure carries ``sources:`` — engine code paths with the commit read, or documentation. The
-loader rejects a missing, unknown or mistyped key with one line naming the file and the key.
+phase (with measured host figures), and the rewrite rules that turn a captured Hugging Face step
+into the kernels the engine launches (:mod:`perfcast.engines.plan`). Everything carries its sources;
+the loader rejects a missing, unknown or mistyped key in one line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -242,6 +241,7 @@ class Launch(_Strict):
     prefill: LaunchMode
     decode: LaunchMode
     host_launch_interval_s: dict[Text, HostFigure] = Field(default_factory=dict)  # by vendor
+    iteration_gap_s: dict[Text, HostFigure] = Field(default_factory=dict)  # GPU idle between decode steps
 
 
 class Database(_Strict):

@@ -13,19 +13,19 @@ The rolled-up leaves fall in three classes by the symbols their time depends on:
   sequence (TensorRT-LLM and vLLM compute logits for the last token of a prompt).
 
 A continuous-batching engine runs one forward over the packed tokens of every scheduled request
-(TensorRT-LLM ``PyExecutor._forward_step`` with context and generation requests in one batch;
-vLLM v1 ``GPUModelRunner.execute_model`` on the scheduler's flattened tokens), so a step of a mix
-is the dense part at the total tokens, plus every request's attention at its own sizes, plus the
-LM head at the sequences:
+(TensorRT-LLM ``PyExecutor._forward_step``; vLLM v1 ``GPUModelRunner.execute_model``), so a step of
+a mix is the dense part at the total tokens, plus every request's attention at its own sizes, plus
+the LM head at the sequences:
 
     t(mix) = dense(T) + head(n) + attn_decode(B_d, C̄_d) + Σ_chunks attn_prefill(1, s_i, p_i)
 
 with ``T`` the tokens, ``n`` the sequences, ``C̄_d`` the decodes' mean context (exact where the
-decode attention is linear in the context, as a memory-bound paged attention is). A step of decodes
-alone is the decode capture itself (its own kernels and the CUDA-graph launch of the engine's
-decode); a step holding a prefill chunk runs as the engine runs prefills. Speculative verification
-of ``1 + k`` tokens per sequence is the decode step's dense part at ``B·(1 + k)`` tokens (every
-position's logits) and the prefill attention of ``1 + k`` queries per sequence.
+decode attention is linear in the context). A step of decodes alone is the decode capture itself
+(launched as the engine launches decodes), plus the GPU idle the engine's loop leaves between two
+decode steps where its profile states a measured figure (``launch.iteration_gap_s``); a step
+holding a prefill chunk runs as the engine runs prefills. Speculative verification of ``1 + k``
+tokens per sequence is the decode step's dense part at ``B·(1 + k)`` tokens and the prefill
+attention of ``1 + k`` queries per sequence.
 
 Evaluation never re-captures: the dense parts are tabulated over every token count once (one
 vectorised call), the attention parts lazily per batch (decode) or chunk length (prefill) on a
@@ -58,8 +58,7 @@ from perfcast.serving.step_grid import GRID, decode_attention, on_grid, prefill_
 from perfcast.serving.step_rows import Rows
 from perfcast.serving.types import Mix
 
-#: Performance models a step model can be compiled for: closed forms only.
-STEP_MODELS = ("analytic", "roofline")
+STEP_MODELS = ("analytic", "roofline")   # the performance models a step model compiles for: closed forms
 
 
 @dataclass(frozen=True)
@@ -102,8 +101,7 @@ class Deployment:
 
 @dataclass
 class _Part:
-    """One lowering's rolled-up parts as NumPy functions (no guard: the symbolic capture's
-    shapes hold at size one too, which a test checks against concrete captures)."""
+    """One lowering's rolled-up parts as NumPy functions (the symbolic shapes hold at size one: tested)."""
 
     dense: object   # (B) or (B, S) -> s
     attention: object  # (B, C) or (B, S, C) -> s
@@ -112,8 +110,8 @@ class _Part:
 
 
 class StepModel:
-    """Prices :class:`~perfcast.serving.types.Mix` steps of one deployment (one data-parallel
-    rank's engine instance). ``max_tokens``: the largest step (tokens) tabulated up front."""
+    """Prices :class:`~perfcast.serving.types.Mix` steps of one data-parallel rank's engine instance,
+    tabulated up front to ``max_tokens``."""
 
     def __init__(self, deployment: Deployment, *, max_tokens: int = 16384, stage: int | None = None):
         if deployment.performance_model not in STEP_MODELS:
@@ -134,6 +132,12 @@ class StepModel:
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
         self._host_decode, self._host_prefill = self._host_table(self._decode), self._host_table(self._prefill)
+        #: the engine loop's GPU idle between decode steps, added to each (None: the profile states no
+        #: figure; a pipeline stage: the pipeline loop's, not modelled)
+        gap = self.iteration_gap = None if stage is not None else engines.iteration_gap(self.profile, self.proto.device)
+        self._gap_s = g = gap.value_s if gap else 0.0
+        self._dense_decode = [0.0] + [x + g for x in self._dense_decode[1:]]
+        self._host_decode = [0.0] + [x + g if x else 0.0 for x in self._host_decode[1:]]
         self.rows = Rows(key)   # the attention rows: decode (0, batch, part), prefill (1, batch, new, part)
         self.distinct = [self]  # the step models pricing its steps (a pipeline's: its distinct stages)
         self.source = (f"{self.profile.name} step of {deployment.model} on {deployment.device} "
@@ -185,8 +189,7 @@ class StepModel:
         return out
 
     def _host_table(self, parts: dict) -> list[float]:
-        """The host's issue time of the step's launches at every token count 1..max_tokens (0 where
-        a CUDA graph replays it): an eager step takes at least that long (:mod:`perfcast.rollup.fast`)."""
+        """The host's issue time of the launches at 1..max_tokens tokens (0: a CUDA graph replays them)."""
         out = np.zeros(self.max_tokens + 1)
         for part, tokens in parts.values():
             out[_at(tokens)] = part.host
@@ -294,9 +297,8 @@ class StepModel:
                    self._host_decode[decodes])
 
     def decode_row(self, decodes: int, context: float) -> tuple[float, list[float], float] | None:
-        """``(dense, row, host)``: ``decode_s(decodes, x) = max(dense + (row[i] + f · (row[i + 1] −
-        row[i])), host)``, ``i, f`` the grid cell of ``x / decodes``, for contexts ``x ≤ context``;
-        None: not from a row."""
+        """``(dense, row, host)``: ``decode_s(decodes, x) = max(dense + row at x / decodes (the grid cell's
+        interpolation), host)`` for contexts ``x ≤ context``; None: not from a row."""
         if decodes == 0 or decodes > self.max_tokens:
             return None
         self.attention_decode_s(decodes, context / decodes, decodes)   # (the row grown to reach it)
@@ -362,7 +364,7 @@ class StepModel:
                     continue
                 dm, cm, sm, pm_ = d[m], mean[m], s[m], p[m]
                 if decode:
-                    out[m] = np.maximum(part.dense(dm) + part.attention(dm, cm), part.host)
+                    out[m] = np.maximum(part.dense(dm) + part.attention(dm, cm), part.host) + self._gap_s
                     continue
                 t = part.dense(one := np.ones_like(sm), dm + sm) + part.head(dm + 1) + part.attention(one, sm, pm_)
                 has = dm > 0
@@ -373,16 +375,14 @@ class StepModel:
 
 
 def _at(tokens: list[int]):
-    """Where ``tokens`` (sorted token counts) are in a table: one slice for a run of consecutive
-    counts (as a size decision's nearly always are), the list otherwise — the same entries."""
+    """Where sorted ``tokens`` are in a table: a slice for a consecutive run, else the list."""
     return slice(tokens[0], tokens[-1] + 1) if tokens and tokens[-1] - tokens[0] == len(tokens) - 1 else tokens
 
 
 def compile_step(deployment: Deployment, *, max_tokens: int = 16384):
-    """The step model of ``deployment`` (see :class:`StepModel`; with pipeline parallelism a
-    :class:`~perfcast.serving.step_pipeline.PipelineStepModel` of its stages), memoised per
-    process: one compiled for at least ``max_tokens`` is reused (its dense table holds every
-    smaller step's exact price), so a search over batch limits compiles each deployment once."""
+    """The step model of ``deployment`` (:class:`StepModel`; with pipeline parallelism a
+    :class:`~perfcast.serving.step_pipeline.PipelineStepModel`), memoised per process: one compiled
+    for at least ``max_tokens`` is reused, so a search over batch limits compiles each once."""
     have = _COMPILED.get(deployment)
     if have is None or have.max_tokens < int(max_tokens):
         from perfcast.serving.step_pipeline import PipelineStepModel
