@@ -311,7 +311,8 @@ def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: b
     """One line on the steps the host launches eagerly (an eager step takes at least the host's
     issue time of its kernels), or None where every step of the asked phases replays a CUDA graph."""
     floor = step.host_floor_s(False, 1) if prefill else 0.0
-    gap = step.iteration_gap.value_s if step.iteration_gap else 0.0
+    loop = getattr(step, "iteration_gap", None)   # (a pipeline's loop: none modelled)
+    gap = loop.value_s if loop else 0.0
     eager = next((t for t in range(1, step.max_tokens + 1) if step.host_floor_s(True, t)), None) if decode else None
     parts = [f"prefill steps are launched eagerly, the host issuing their kernels in {floor * 1e3:.2f} ms "
              f"(the engine's host interval per kernel), the least such a step takes"] if floor else []
@@ -321,8 +322,7 @@ def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: b
                      f"their kernels in {(step.host_floor_s(True, eager) - gap) * 1e3:.2f} ms)")
     if decode:
         parts.append(f"each decode step adds {gap * 1e6:.0f} µs of GPU idle left by the engine's loop ("
-                     f"{step.iteration_gap.source})" if gap else
-                     "no GPU idle between decode steps modelled (the engine profile states no measured figure)")
+                     f"{loop.source})" if gap else "no GPU idle between decode steps modelled (no measured figure for this loop)")
     return f"{role}launches: " + "; ".join(parts) if parts else None
 
 
