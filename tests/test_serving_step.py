@@ -44,6 +44,13 @@ def test_the_loops_idle_is_trtllms_measured_figure_scaled_on_a_grace_host_and_no
     vllm = StepModel(Deployment("llama-3.1-8b", "h100-sxm", "vllm"), max_tokens=64)
     assert vllm.step_s(Mix(8, 8 * 1088)) == pytest.approx(
         _textgen(Deployment("llama-3.1-8b", "h100-sxm", "vllm"), decode=True, batch=8, length=1088), rel=1e-12)
+    # serve's notes name the figure and its source, or say there is none
+    from perfcast.serving.serve import launch_note
+
+    assert "no GPU idle between decode steps modelled" in launch_note(vllm)
+    trt = StepModel(LLAMA, max_tokens=64)
+    assert "each decode step adds 580 µs of GPU idle" in launch_note(trt) and "#13957" in launch_note(trt)
+    assert "GPU idle" not in (launch_note(trt, decode=False) or "")
 
 
 @pytest.mark.parametrize("tokens,past", [(1024, 0), (512, 1024), (3008, 0), (40, 96)])
