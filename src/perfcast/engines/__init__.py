@@ -10,5 +10,6 @@ from perfcast.engines.spec import EngineProfile, engine_names, get_engine, load_
 
 __all__ = ["Applied", "apply", "check_exchange", "check_options", "compatible", "engines_for", "exchange_options",
            "merged_options", "resolve",
-           "with_options", "rotate", "size_decisions", "launch_for", "with_cuda_graphs", "iteration_gap", "ROLES", "assign",
+           "with_options", "rotate", "size_decisions", "launch_for", "with_cuda_graphs", "iteration_gap", "ROLES",
+           "assign",
            "EngineProfile", "engine_names", "get_engine", "load_profile_file"]

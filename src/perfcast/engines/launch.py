@@ -55,10 +55,8 @@ def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> 
     host = profile.launch.host_launch_interval_s[device.spec.vendor]
     why = f" ({tokens} tokens > the largest captured graph, {limit})" if mode.mode == "cuda_graph" else ""
     base, scale = exact(host.value_s), device.spec.datasheet.host_issue_scale
-    value = base if scale is None else base * exact(scale)   # a host slower at issuing a Python forward
+    value, source = _on_host(host, device)
     on_host = "" if scale is None else f" ({scale:g} × the engine's {float(base) * 1e6:g} µs on {device.name}'s host)"
-    source = host.source if scale is None else \
-        f"{host.source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)"
     return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
                   f"launches × {float(value) * 1e6:g} µs host launch interval{on_host})", source)
 
@@ -76,8 +74,15 @@ def iteration_gap(profile: EngineProfile, device) -> IterationGap | None:
     gap = profile.launch.iteration_gap_s.get(device.spec.vendor)
     if gap is None:
         return None
-    scale = device.spec.datasheet.host_issue_scale
+    value, source = _on_host(gap, device)
+    return IterationGap(float(value), source)
+
+
+def _on_host(figure, device) -> tuple[sympy.Expr, str]:
+    """A profile's host figure on ``device``'s host, with its source: × the datasheet's
+    ``host_issue_scale`` where the host runs a Python loop slower than the x86 hosts measured."""
+    base, scale = exact(figure.value_s), device.spec.datasheet.host_issue_scale
     if scale is None:
-        return IterationGap(float(gap.value_s), gap.source)
-    return IterationGap(float(gap.value_s) * float(scale),
-                        f"{gap.source}; × {scale:g} on {device.name}'s host ({device.name}.yaml datasheet.host_issue_scale)")
+        return base, figure.source
+    return base * exact(scale), (f"{figure.source}; × {scale:g} on {device.name}'s host "
+                                 f"({device.name}.yaml datasheet.host_issue_scale)")

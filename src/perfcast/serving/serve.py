@@ -309,7 +309,8 @@ def unpriced_note(step: StepModel, role: str = "") -> str | None:
 
 def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: bool = True) -> str | None:
     """One line on the steps the host launches eagerly (an eager step takes at least the host's
-    issue time of its kernels), or None where every step of the asked phases replays a CUDA graph."""
+    issue time of its kernels) and, for decode steps, the idle the engine's loop adds to each (or
+    that none is modelled); None where prefill steps alone are asked and replay a CUDA graph."""
     floor = step.host_floor_s(False, 1) if prefill else 0.0
     loop = getattr(step, "iteration_gap", None)   # (a pipeline's loop: none modelled)
     gap = loop.value_s if loop else 0.0
@@ -321,8 +322,8 @@ def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: b
                      f"decode steps replay CUDA graphs up to {eager - 1} sequences, eager beyond (the host issuing "
                      f"their kernels in {(step.host_floor_s(True, eager) - gap) * 1e3:.2f} ms)")
     if decode:
-        parts.append(f"each decode step adds {gap * 1e6:.0f} µs of GPU idle left by the engine's loop ("
-                     f"{loop.source})" if gap else "no GPU idle between decode steps modelled (no measured figure for this loop)")
+        parts.append(f"each decode step adds {gap * 1e6:.0f} µs of GPU idle left by the engine's loop ({loop.source})"
+                     if gap else "no GPU idle between decode steps modelled (no measured figure for this loop)")
     return f"{role}launches: " + "; ".join(parts) if parts else None
 
 
