@@ -312,7 +312,7 @@ def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: b
     issue time of its kernels) and, for decode steps, the idle the engine's loop adds to each (or
     that none is modelled); None where prefill steps alone are asked and replay a CUDA graph."""
     floor = step.host_floor_s(False, 1) if prefill else 0.0
-    loop = getattr(step, "iteration_gap", None)   # (a pipeline's loop: none modelled)
+    loop = step.iteration_gap
     gap = loop.value_s if loop else 0.0
     eager = next((t for t in range(1, step.max_tokens + 1) if step.host_floor_s(True, t)), None) if decode else None
     parts = [f"prefill steps are launched eagerly, the host issuing their kernels in {floor * 1e3:.2f} ms "
@@ -320,7 +320,7 @@ def launch_note(step: StepModel, role: str = "", prefill: bool = True, decode: b
     if eager is not None:
         parts.append("decode steps are launched eagerly" if eager == 1 else
                      f"decode steps replay CUDA graphs up to {eager - 1} sequences, eager beyond (the host issuing "
-                     f"their kernels in {(step.host_floor_s(True, eager) - gap) * 1e3:.2f} ms)")
+                     f"their kernels in {step.host_floor_s(True, eager) * 1e3:.2f} ms)")
     if decode:
         parts.append(f"each decode step adds {gap * 1e6:.0f} µs of GPU idle left by the engine's loop ({loop.source})"
                      if gap else "no GPU idle between decode steps modelled (no measured figure for this loop)")

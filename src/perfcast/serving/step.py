@@ -132,8 +132,7 @@ class StepModel:
          self.unpriced) = step_cache.remembered(key, lambda: self._compiled(pm), lambda c: step_cache.encode(c, pm),
                                                 lambda doc: step_cache.decode(doc, pm, self.max_tokens, _Part))
         self._host_decode, self._host_prefill = self._host_table(self._decode), self._host_table(self._prefill)
-        #: the engine loop's GPU idle between decode steps, added to each (None: the profile states no
-        #: figure; a pipeline stage: the pipeline loop's, not modelled)
+        #: the engine loop's GPU idle between decode steps, added to each (None: no figure, or a pipeline stage)
         gap = self.iteration_gap = None if stage is not None else engines.iteration_gap(self.profile, self.proto.device)
         self._gap_s = g = gap.value_s if gap else 0.0
         self._dense_decode = [0.0] + [x + g for x in self._dense_decode[1:]]
@@ -286,8 +285,9 @@ class StepModel:
         return max(t, self._host_prefill[tokens])
 
     def host_floor_s(self, decode: bool, tokens: int) -> float:
-        """The host's issue time of a step of ``tokens``' launches (0: a CUDA graph replays it)."""
-        return (self._host_decode if decode else self._host_prefill)[tokens]
+        """The host's issue time of a step of ``tokens``' launches (0: a CUDA graph replays it), no loop idle."""
+        host = (self._host_decode if decode else self._host_prefill)[tokens]
+        return host - self._gap_s if decode and host else host
 
     def decode_s(self, decodes: int, context: int) -> float:
         """``step_s(Mix(decodes, context))`` without building the mix (the fast-forward's price)."""

@@ -109,6 +109,7 @@ class PipelineStepModel:
                 compiled[sig] = StepModel(deployment, max_tokens=max_tokens, stage=s)
             self.stages.append(compiled[sig])
         self.distinct = list(compiled.values())
+        self.iteration_gap = None   # the pipeline loop's idle between steps: no measured figure
         self.unpriced = sum((m.unpriced for m in self.distinct), Counter())
         self.source = (f"{self.stages[0].profile.name} step of {deployment.model} on {deployment.device} "
                        f"({deployment.layout.describe()}), {deployment.performance_model} pricing: {p} pipeline "
