@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -69,18 +70,25 @@ class Residual:
         # (method="linear") computes, written out with NumPy because importing scipy.interpolate
         # (with scipy.special and scipy.optimize) costs a new process a quarter of a second, on the
         # path of every priced step (issue 13's cold start). tests/test_kernel_calibration.py checks
-        # it against RegularGridInterpolator.
-        c1, c2 = (np.asarray(c, dtype=float) for c in self.centres)
-        grid = np.asarray(self.log_ratio, dtype=float)
-        a = np.clip(np.log2(np.maximum(np.asarray(x1, dtype=float), 1e-300)), c1[0], c1[-1])
-        b = np.clip(np.log2(np.maximum(np.asarray(x2, dtype=float), 1e-300)), c2[0], c2[-1])
-        a, b = np.broadcast_arrays(a, b)
-        i = np.clip(np.searchsorted(c1, a, side="right") - 1, 0, len(c1) - 2)
-        j = np.clip(np.searchsorted(c2, b, side="right") - 1, 0, len(c2) - 2)
+        # it against RegularGridInterpolator. The clamps are ``np.minimum(np.maximum(…))``, which
+        # give ``np.clip``'s values without its Python dispatch, and the indexing and arithmetic
+        # broadcast a scalar axis against an array one: a step model's attention rows call this once
+        # per kernel per row (benchmarks/step_speed.py).
+        c1, c2, grid = self._arrays
+        a = np.minimum(np.maximum(np.log2(np.maximum(np.asarray(x1, dtype=float), 1e-300)), c1[0]), c1[-1])
+        b = np.minimum(np.maximum(np.log2(np.maximum(np.asarray(x2, dtype=float), 1e-300)), c2[0]), c2[-1])
+        i = np.minimum(np.maximum(np.searchsorted(c1, a, side="right") - 1, 0), len(c1) - 2)
+        j = np.minimum(np.maximum(np.searchsorted(c2, b, side="right") - 1, 0), len(c2) - 2)
         u = (a - c1[i]) / (c1[i + 1] - c1[i])
         v = (b - c2[j]) / (c2[j + 1] - c2[j])
         return ((1 - u) * (1 - v) * grid[i, j] + u * (1 - v) * grid[i + 1, j]
                 + (1 - u) * v * grid[i, j + 1] + u * v * grid[i + 1, j + 1])
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The centres and the grid as arrays, converted once."""
+        return (np.asarray(self.centres[0], dtype=float), np.asarray(self.centres[1], dtype=float),
+                np.asarray(self.log_ratio, dtype=float))
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ class Rows:
             row = self.kept.get(sized)
             if row is None:
                 grid = np.arange(n, dtype=float) * GRID
-                row = np.broadcast_to(fn(grid), grid.shape).tolist()
+                values = fn(grid)
+                row = (values if np.shape(values) == grid.shape else np.broadcast_to(values, grid.shape)).tolist()
                 if all(type(k) is int for k in key):
                     self.new[sized] = row
             else:
