@@ -68,9 +68,9 @@ def test_a_kept_row_is_taken_only_at_its_own_length():
         calls.append(len(grid))
         return grid * 0 + 1.0
 
-    assert rows.at((0, 3, 0), fn, 10.0) == 7.0 and calls == []          # 64 points: the kept row
-    assert rows.at((0, 3, 0), fn, 64 * 16.0) == 1.0 and calls == [128]  # grown to 128: computed
-    assert rows.at((0, 4, 0), fn, 10.0) == 1.0 and calls == [128, 64]   # another batch: computed
+    assert rows.at((0, 3, 0), 10.0, fn) == 7.0 and calls == []          # 64 points: the kept row
+    assert rows.at((0, 3, 0), 64 * 16.0, fn) == 1.0 and calls == [128]  # grown to 128: computed
+    assert rows.at((0, 4, 0), 10.0, fn) == 1.0 and calls == [128, 64]   # another batch: computed
 
 
 def _worker_prices(seed: int) -> list[float]:

@@ -244,7 +244,7 @@ class StepModel:
     def attention_decode_s(self, batch: int, context: float, tokens: int) -> float:
         ix = self._part_ix[True][tokens]
         part = self._arrays[3][ix]
-        return self.rows.at((0, batch, ix), lambda c: part.attention(float(batch), c), context)
+        return self.rows.at((0, batch, ix), context, part.attention, float(batch))
 
     def attention_prefill_s(self, batch: int, new: int, past: float, tokens: int) -> float:
         """``batch`` sequences of ``new`` tokens after ``past`` cached ones each. Chunks of more
@@ -260,7 +260,7 @@ class StepModel:
 
     def _prefill_row(self, ix: int, batch: int, new: int, past: float) -> float:
         part = self._arrays[3][ix]
-        return self.rows.at((1, batch, new, ix), lambda c: part.attention(float(batch), float(new), c), past)
+        return self.rows.at((1, batch, new, ix), past, part.attention, float(batch), float(new))
 
     # Pricing ------------------------------------------------------------------------------
     def step_s(self, mix: Mix) -> float:

@@ -56,26 +56,30 @@ class Rows:
             self._kept = load(self.entry_key) if self.entry_key is not None else {}
         return self._kept
 
-    def at(self, key: tuple, fn, context: float) -> float:
-        """Row ``key`` at ``context``, linear between grid points; the row is ``fn`` on the grid,
-        grown to reach ``context`` (to twice its length, at least 64 points)."""
+    def at(self, key: tuple, context: float, fn, *args) -> float:
+        """Row ``key`` at ``context``, linear between grid points; the row is ``fn(*args, grid)`` on
+        the grid, grown to reach ``context`` (to twice its length, at least 64 points)."""
         row = self.live.get(key)
-        need = int(context // GRID) + 2
-        if row is None or len(row) < need:
-            n = max(need, 2 * len(row) if row else 64)
-            sized = (*key, n)
-            row = self.kept.get(sized)
-            if row is None:
-                grid = np.arange(n, dtype=float) * GRID
-                values = fn(grid)
-                row = (values if np.shape(values) == grid.shape else np.broadcast_to(values, grid.shape)).tolist()
-                if all(type(k) is int for k in key):
-                    self.new[sized] = row
-            else:
-                self.used.add(sized)
-            self.live[key] = row
-            self.grown += 1
+        if row is None or len(row) < context // GRID + 2:
+            row = self._grow(key, int(context // GRID) + 2, fn, args)
         return on_row(row, context)
+
+    def _grow(self, key: tuple, need: int, fn, args: tuple) -> list[float]:
+        row = self.live.get(key)
+        n = max(need, 2 * len(row) if row else 64)
+        sized = (*key, n)
+        row = self.kept.get(sized)
+        if row is None:
+            grid = np.arange(n, dtype=float) * GRID
+            values = fn(*args, grid)
+            row = (values if np.shape(values) == grid.shape else np.broadcast_to(values, grid.shape)).tolist()
+            if all(type(k) is int for k in key):
+                self.new[sized] = row
+        else:
+            self.used.add(sized)
+        self.live[key] = row
+        self.grown += 1
+        return row
 
 
 def harvest() -> dict[str, tuple[dict, dict]]:
