@@ -65,6 +65,8 @@ class Rows:
         return on_row(row, context)
 
     def _grow(self, key: tuple, need: int, fn, args: tuple) -> list[float]:
+        """Row ``key`` grown to at least ``need`` points: the kept row of its new length if there is
+        one, else ``fn(*args, grid)``; it becomes the live row."""
         row = self.live.get(key)
         n = max(need, 2 * len(row) if row else 64)
         sized = (*key, n)
