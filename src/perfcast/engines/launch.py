@@ -54,9 +54,9 @@ def launch_for(profile: EngineProfile, *, decode: bool, tokens: int, device) -> 
         return Launch("compiled", zero, f"{phase}: one compiled program per step, no host launch per kernel")
     host = profile.launch.host_launch_interval_s[device.spec.vendor]
     why = f" ({tokens} tokens > the largest captured graph, {limit})" if mode.mode == "cuda_graph" else ""
-    base, scale = exact(host.value_s), device.spec.datasheet.host_issue_scale
+    scale = device.spec.datasheet.host_issue_scale
     value, source = _on_host(host, device)
-    on_host = "" if scale is None else f" ({scale:g} × the engine's {float(base) * 1e6:g} µs on {device.name}'s host)"
+    on_host = "" if scale is None else f" ({scale:g} × the engine's {host.value_s * 1e6:g} µs on {device.name}'s host)"
     return Launch("eager", value, f"{phase}: eager launches{why}; each kernel costs max(its GPU time, "
                   f"launches × {float(value) * 1e6:g} µs host launch interval{on_host})", source)
 

@@ -61,14 +61,13 @@ class Rows:
         the grid, grown to reach ``context`` (to twice its length, at least 64 points)."""
         row = self.live.get(key)
         if row is None or len(row) < context // GRID + 2:
-            row = self._grow(key, int(context // GRID) + 2, fn, args)
+            row = self._grow(key, row, int(context // GRID) + 2, fn, args)
         return on_row(row, context)
 
-    def _grow(self, key: tuple, need: int, fn, args: tuple) -> list[float]:
-        """Row ``key`` grown to at least ``need`` points: the kept row of its new length if there is
-        one, else ``fn(*args, grid)``; it becomes the live row."""
-        row = self.live.get(key)
-        n = max(need, 2 * len(row) if row else 64)
+    def _grow(self, key: tuple, live: list[float] | None, need: int, fn, args: tuple) -> list[float]:
+        """Row ``key`` (now ``live``, None before its first use) grown to at least ``need`` points: the
+        kept row of its new length if there is one, else ``fn(*args, grid)``; it becomes the live row."""
+        n = max(need, 2 * len(live) if live else 64)
         sized = (*key, n)
         row = self.kept.get(sized)
         if row is None:
